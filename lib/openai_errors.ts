@@ -1,0 +1,107 @@
+/**
+ * OpenAI-shaped errors, shared by the gateway and the node API.
+ *
+ * Every `/v1/*` failure is `{"error":{"message","type","param","code"}}` with
+ * `code` a string or null; this module is the one place that shape is built.
+ */
+
+/** The `type` values OpenAI clients recognise. */
+export type OpenAIErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "not_found_error"
+  | "rate_limit_error"
+  | "insufficient_quota"
+  | "server_error"
+  | "api_error";
+
+/** The JSON body of an OpenAI error. */
+export interface OpenAIErrorBody {
+  error: {
+    message: string;
+    type: OpenAIErrorType;
+    param: string | null;
+    code: string | null;
+  };
+}
+
+const DEFAULT_TYPE: Record<number, OpenAIErrorType> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  409: "invalid_request_error",
+  413: "invalid_request_error",
+  415: "invalid_request_error",
+  422: "invalid_request_error",
+  429: "rate_limit_error",
+};
+
+/** An error that renders as an OpenAI error response. */
+export class OpenAIError extends Error {
+  readonly status: number;
+  readonly type: OpenAIErrorType;
+  readonly code: string | null;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    status: number,
+    code: string | null,
+    message: string,
+    opts: {
+      type?: OpenAIErrorType;
+      param?: string | null;
+      headers?: Record<string, string>;
+    } = {},
+  ) {
+    super(message);
+    this.name = "OpenAIError";
+    this.status = status;
+    this.code = code;
+    this.param = opts.param ?? null;
+    this.type = opts.type ?? DEFAULT_TYPE[status] ??
+      (status >= 500 ? "server_error" : "invalid_request_error");
+    this.headers = opts.headers ?? {};
+  }
+
+  /** The JSON body for this error. */
+  toJSON(): OpenAIErrorBody {
+    return {
+      error: {
+        message: this.message,
+        type: this.type,
+        param: this.param,
+        code: this.code,
+      },
+    };
+  }
+
+  /** A complete `Response` with status, JSON body and extra headers. */
+  toResponse(extraHeaders: Record<string, string> = {}): Response {
+    return new Response(JSON.stringify(this.toJSON()), {
+      status: this.status,
+      headers: {
+        "content-type": "application/json",
+        ...this.headers,
+        ...extraHeaders,
+      },
+    });
+  }
+
+  /** The terminal SSE frame for an error after the first byte. */
+  toSSE(): string {
+    return `data: ${JSON.stringify(this.toJSON())}\n\n`;
+  }
+}
+
+/** Shorthand: an OpenAI error response. */
+export function openAIErrorResponse(
+  status: number,
+  code: string | null,
+  message: string,
+  opts?: ConstructorParameters<typeof OpenAIError>[3],
+): Response {
+  return new OpenAIError(status, code, message, opts).toResponse();
+}

@@ -1,0 +1,74 @@
+/**
+ * The engine contract every node engine implements (`llama` in process through
+ * FFI, `openai` fronting a local OpenAI-compatible server).
+ *
+ * Engines speak OpenAI's HTTP shapes at their edge so the node server stays a
+ * thin authenticated router: each method takes an already-parsed JSON body and
+ * returns a `Response` whose body is exactly what an OpenAI client expects.
+ *
+ * Rules every engine follows:
+ * - Non-stream responses are `application/json` with a `usage` object.
+ * - Stream responses are `text/event-stream` of `chat.completion.chunk` (or
+ *   `text_completion`) objects; the engine ALWAYS sends the final usage chunk
+ *   (`choices: []`, `usage: {...}`) before `data: [DONE]`, whatever the client
+ *   asked for (the gateway meters from it and strips it if not requested).
+ * - An error before the first byte is an OpenAI error JSON with the right
+ *   status (404 `model_not_found`, 400 `context_length_exceeded`, 503 with
+ *   `retry-after` when the queue is full); an error after the first byte is a
+ *   final `data: {"error":{...}}` frame followed by `data: [DONE]`.
+ * - `signal` aborts when the caller goes away: the engine stops generating and
+ *   frees the slot.
+ */
+
+/** A model an engine can serve. */
+export interface EngineModel {
+  /** Model id clients use (GGUF file name without extension, or upstream id). */
+  id: string;
+  /** Whether the model is loaded in memory right now. */
+  loaded: boolean;
+  /** "chat" models generate; "embedding" models only embed. */
+  kind: "chat" | "embedding";
+  /** Context length in tokens, when known. */
+  contextLength?: number;
+  /** Aliases that also resolve to this model. */
+  aliases?: string[];
+}
+
+/** Load and health figures reported in each heartbeat. */
+export interface EngineStats {
+  /** Requests being generated right now. */
+  inFlight: number;
+  /** Requests admitted but waiting for a slot. */
+  queued: number;
+  /** Total concurrent sequences the engine serves. */
+  slots: number;
+  /** Generated tokens per second over the last few seconds, all streams. */
+  tokensPerSecond: number;
+  /** Whether the engine can serve requests now. */
+  healthy: boolean;
+  /** Human-readable reason when unhealthy. */
+  detail?: string;
+}
+
+/** A loosely typed OpenAI request body, already parsed from JSON. */
+export type OpenAIBody = Record<string, unknown>;
+
+/** The interface implemented by every engine. */
+export interface Engine {
+  /** Engine kind, as given to `--engine`. */
+  readonly kind: "llama" | "openai";
+  /** Prepares the engine (discovers models, loads libraries); throws with a clear message on failure. */
+  start(): Promise<void>;
+  /** Lists the models this engine can serve. */
+  models(): Promise<EngineModel[]>;
+  /** `POST /v1/chat/completions`. */
+  chatCompletions(body: OpenAIBody, signal: AbortSignal): Promise<Response>;
+  /** `POST /v1/completions`. */
+  completions(body: OpenAIBody, signal: AbortSignal): Promise<Response>;
+  /** `POST /v1/embeddings` (float; base64 is produced by the gateway or here when asked). */
+  embeddings(body: OpenAIBody, signal: AbortSignal): Promise<Response>;
+  /** Current load and health. */
+  stats(): EngineStats;
+  /** Stops the engine and frees everything; idempotent. */
+  close(): Promise<void>;
+}
