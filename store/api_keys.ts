@@ -1,0 +1,216 @@
+/**
+ * Client API keys: `orch_<id>_<secret><checksum>`. Only a keyed hash of the
+ * secret is stored; the key is returned exactly once, at creation.
+ */
+import { checksum6, hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
+import { addAudit } from "./audit.ts";
+import { ConflictError, NotFoundError } from "./errors.ts";
+import { newId } from "./ids.ts";
+import { k } from "./kv_keys.ts";
+import type { Limits } from "./limits.ts";
+import { listPage, type Page, type PageOptions } from "./pagination.ts";
+import {
+  type Principal,
+  requireTenantRead,
+  requireTenantWrite,
+} from "./principal.ts";
+import { apiKeyCreateSchema, parse, type Scope } from "./schemas.ts";
+import type { Store } from "./store.ts";
+import { getTenantRaw } from "./tenants.ts";
+
+/** A stored client API key (never the secret itself). */
+export interface ApiKey {
+  id: string;
+  tenantId: string;
+  name: string;
+  /** Public prefix, e.g. `orch_01jabc…`, safe to show. */
+  prefix: string;
+  /** The key's last four characters, safe to show. */
+  last4: string;
+  /** HMAC-SHA-256 of the secret under the server pepper. */
+  hash: string;
+  scopes: Scope[];
+  /** Model allow-list; null = every model. */
+  models: string[] | null;
+  /** Per-key limits, tighter than the tenant's; null = tenant's only. */
+  limits: Limits | null;
+  expiresAt: string | null;
+  revokedAt: string | null;
+  createdAt: string;
+}
+
+/** A key as listed (no hash), with when it was last used. */
+export type ApiKeyView = Omit<ApiKey, "hash"> & { lastUsedAt: string | null };
+
+const KEY_RE = /^orch_([0-9a-z]{26})_([0-9A-Za-z]{32})([0-9A-Za-z]{6})$/;
+
+/** Builds a key string from its parts (checksum over everything before it). */
+function formatKey(id: string, secret: string): string {
+  const body = `orch_${id}_${secret}`;
+  return body + checksum6(body);
+}
+
+/** Splits a presented key; null if malformed or its checksum is wrong (no KV read). */
+export function parseApiKey(
+  raw: string,
+): { id: string; secret: string } | null {
+  if (raw.length !== 70) return null;
+  const m = KEY_RE.exec(raw);
+  if (!m) return null;
+  const [, id, secret, sum] = m as unknown as [string, string, string, string];
+  if (!safeEqual(checksum6(`orch_${id}_${secret}`), sum)) return null;
+  return { id, secret };
+}
+
+function view(key: ApiKey, lastUsedAt: string | null): ApiKeyView {
+  const { hash: _hash, ...rest } = key;
+  return { ...rest, lastUsedAt };
+}
+
+/** Creates a key; the result's `key` is the only time the secret is seen. */
+export async function createApiKey(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+  input: unknown,
+): Promise<{ key: string; apiKey: ApiKeyView }> {
+  requireTenantWrite(p, tenantId);
+  const data = parse(apiKeyCreateSchema, input);
+  const tenant = await store.kv.get(k.tenant(tenantId));
+  if (!tenant.value) throw new NotFoundError("Tenant");
+  const id = newId();
+  const secret = randomBase62(32); // 190 bits
+  const key = formatKey(id, secret);
+  const record: ApiKey = {
+    id,
+    tenantId,
+    name: data.name,
+    prefix: `orch_${id.slice(0, 8)}`,
+    last4: key.slice(-4),
+    hash: await hmac(store.secrets.pepper, secret),
+    scopes: [...new Set(data.scopes)],
+    models: data.models,
+    limits: data.limits,
+    expiresAt: data.expiresAt ? new Date(data.expiresAt).toISOString() : null,
+    revokedAt: null,
+    createdAt: new Date().toISOString(),
+  };
+  const op = store.kv.atomic().check(tenant)
+    .check({ key: k.apiKey(id), versionstamp: null })
+    .set(k.apiKey(id), record)
+    .set(k.tenantApiKey(tenantId, id), id);
+  addAudit(op, p, {
+    action: "key.create",
+    target: { type: "api_key", id, label: record.name },
+    tenantId,
+    after: view(record, null),
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("The tenant changed meanwhile; try again");
+  }
+  return { key, apiKey: view(record, null) };
+}
+
+/** Lists a tenant's keys, newest first. */
+export async function listApiKeys(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+  opts: PageOptions = {},
+): Promise<Page<ApiKeyView>> {
+  requireTenantRead(p, tenantId);
+  if (!(await getTenantRaw(store, tenantId))) throw new NotFoundError("Tenant");
+  return listPage<string, ApiKeyView>(
+    store.kv,
+    { prefix: k.tenantApiKeyPrefix(tenantId) },
+    { reverse: true, ...opts },
+    async (id) => {
+      const [key, used] = await store.kv.getMany<[ApiKey, string]>([
+        k.apiKey(id),
+        k.apiKeyLastUsed(id),
+      ]);
+      return key.value ? view(key.value, used.value) : null;
+    },
+  );
+}
+
+/** Reads one key the principal may see. */
+export async function getApiKey(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<ApiKeyView> {
+  const key = id.length <= 64
+    ? (await store.kv.get<ApiKey>(k.apiKey(id))).value
+    : null;
+  if (!key) throw new NotFoundError("API key");
+  requireTenantRead(p, key.tenantId, "API key");
+  const used = await store.kv.get<string>(k.apiKeyLastUsed(id));
+  return view(key, used.value);
+}
+
+/** Revokes a key; effective on the next verification. Idempotent. */
+export async function revokeApiKey(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<ApiKeyView> {
+  const entry = id.length <= 64
+    ? await store.kv.get<ApiKey>(k.apiKey(id))
+    : null;
+  if (!entry?.value) throw new NotFoundError("API key");
+  requireTenantWrite(p, entry.value.tenantId, "API key");
+  if (entry.value.revokedAt) return view(entry.value, null);
+  const after = { ...entry.value, revokedAt: new Date().toISOString() };
+  const op = store.kv.atomic().check(entry).set(k.apiKey(id), after);
+  addAudit(op, p, {
+    action: "key.revoke",
+    target: { type: "api_key", id, label: after.name },
+    tenantId: after.tenantId,
+    before: view(entry.value, null),
+    after: view(after, null),
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("The key changed meanwhile; try again");
+  }
+  return view(after, null);
+}
+
+/** Why a presented key was refused. */
+export type KeyRejection = "malformed" | "unknown" | "revoked" | "expired";
+
+/**
+ * Verifies a presented key for the gateway: checksum first (no KV read),
+ * then one lookup by id, then a constant-time comparison of keyed hashes.
+ * Revocation and expiry are checked on every call.
+ */
+export async function verifyApiKey(
+  store: Store,
+  raw: string,
+  now = Date.now(),
+): Promise<{ ok: true; key: ApiKey } | { ok: false; reason: KeyRejection }> {
+  const parts = parseApiKey(raw);
+  if (!parts) return { ok: false, reason: "malformed" };
+  const [entry, hash] = await Promise.all([
+    store.kv.get<ApiKey>(k.apiKey(parts.id)),
+    hmac(store.secrets.pepper, parts.secret),
+  ]);
+  const key = entry.value;
+  if (!key || !safeEqual(key.hash, hash)) {
+    return { ok: false, reason: "unknown" };
+  }
+  if (key.revokedAt) return { ok: false, reason: "revoked" };
+  if (key.expiresAt && Date.parse(key.expiresAt) <= now) {
+    return { ok: false, reason: "expired" };
+  }
+  return { ok: true, key };
+}
+
+/** Records when a key was last used (callers throttle this; not audited). */
+export async function touchApiKey(
+  store: Store,
+  id: string,
+  at = new Date(),
+): Promise<void> {
+  await store.kv.set(k.apiKeyLastUsed(id), at.toISOString());
+}

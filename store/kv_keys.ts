@@ -1,0 +1,92 @@
+/**
+ * The only place KV key tuples are spelled. Every other module builds keys
+ * through `k`, so a key layout change is one edit here.
+ */
+export const k = {
+  // configuration and secrets
+  secrets: () => ["config", "secrets"] as const,
+  setupToken: () => ["config", "setup_token"] as const,
+  settings: (name: string) => ["config", "settings", name] as const,
+
+  // tenants
+  tenant: (id: string) => ["tenant", id] as const,
+  tenantPrefix: () => ["tenant"] as const,
+  tenantBySlug: (slug: string) => ["tenant_by_slug", slug] as const,
+  tenantByName: (nameLower: string, id: string) =>
+    ["tenant_by_name", nameLower, id] as const,
+  tenantByNamePrefix: () => ["tenant_by_name"] as const,
+  tenantLimits: (tenantId: string) => ["tenant_limits", tenantId] as const,
+
+  // users, invites, sessions, login throttling
+  user: (id: string) => ["user", id] as const,
+  userPrefix: () => ["user"] as const,
+  userByEmail: (email: string) => ["user_by_email", email] as const,
+  tenantUser: (tenantId: string, userId: string) =>
+    ["tenant_user", tenantId, userId] as const,
+  tenantUserPrefix: (tenantId: string) => ["tenant_user", tenantId] as const,
+  invite: (id: string) => ["invite", id] as const,
+  session: (sid: string) => ["session", sid] as const,
+  userSession: (userId: string, sid: string) =>
+    ["user_session", userId, sid] as const,
+  userSessionPrefix: (userId: string) => ["user_session", userId] as const,
+  loginFailures: (scope: "ip" | "account", subject: string, window: string) =>
+    ["login_fail", scope, subject, window] as const,
+
+  // client API keys and admin API tokens
+  apiKey: (id: string) => ["api_key", id] as const,
+  apiKeyLastUsed: (id: string) => ["api_key_last_used", id] as const,
+  tenantApiKey: (tenantId: string, keyId: string) =>
+    ["tenant_api_key", tenantId, keyId] as const,
+  tenantApiKeyPrefix: (tenantId: string) =>
+    ["tenant_api_key", tenantId] as const,
+  adminToken: (id: string) => ["admin_token", id] as const,
+  adminTokenPrefix: () => ["admin_token"] as const,
+
+  // nodes and enrollment
+  joinToken: (id: string) => ["join_token", id] as const,
+  joinTokenPrefix: () => ["join_token"] as const,
+  node: (id: string) => ["node", id] as const,
+  nodePrefix: () => ["node"] as const,
+  nodeByKey: (publicKeyThumbprint: string) =>
+    ["node_by_key", publicKeyThumbprint] as const,
+  nodeStatus: (id: string) => ["node_status", id] as const,
+  nodeStatusPrefix: () => ["node_status"] as const,
+  linkTest: (a: string, b: string) => ["link_test", a, b] as const,
+  linkTestPrefix: () => ["link_test"] as const,
+
+  // audit log (append-only; ids are time-ordered)
+  audit: (id: string) => ["audit", id] as const,
+  auditPrefix: () => ["audit"] as const,
+  auditByTenant: (tenantId: string, id: string) =>
+    ["audit_by_tenant", tenantId, id] as const,
+  auditByTenantPrefix: (tenantId: string) =>
+    ["audit_by_tenant", tenantId] as const,
+  auditByActor: (actorId: string, id: string) =>
+    ["audit_by_actor", actorId, id] as const,
+  auditByActorPrefix: (actorId: string) => ["audit_by_actor", actorId] as const,
+
+  // quota windows: counters and reservations (gateway admission)
+  quotaCounter: (subject: string, window: string) =>
+    ["quota", subject, window] as const,
+  reservation: (id: string) => ["reservation", id] as const,
+  reservationPrefix: () => ["reservation"] as const,
+
+  // usage metering
+  usageRecord: (tenantId: string, id: string) =>
+    ["usage", tenantId, id] as const,
+  usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
+  usageRollup: (
+    granularity: "hour" | "day",
+    dimension: "tenant" | "key" | "model" | "all",
+    subject: string,
+    bucket: string,
+  ) => ["usage_rollup", granularity, dimension, subject, bucket] as const,
+  usageRollupPrefix: (
+    granularity: "hour" | "day",
+    dimension: "tenant" | "key" | "model" | "all",
+    subject: string,
+  ) => ["usage_rollup", granularity, dimension, subject] as const,
+};
+
+/** A KV key tuple as built by `k`. */
+export type Key = readonly Deno.KvKeyPart[];

@@ -1,0 +1,122 @@
+/**
+ * Input schemas (zod) for every service-layer write, shared by the portal's
+ * forms, the admin API and the CLI. Lengths are bounded so nothing
+ * user-supplied can exceed KV key (2 KiB) or value (64 KiB) limits.
+ */
+import { z } from "zod";
+import { ValidationError } from "./errors.ts";
+
+/** Parses `input` with `schema`, throwing a ValidationError naming the field. */
+export function parse<T extends z.ZodType>(
+  schema: T,
+  input: unknown,
+): z.infer<T> {
+  const r = schema.safeParse(input);
+  if (r.success) return r.data;
+  const issues = r.error.issues.map((i) => ({
+    field: i.path.join(".") || "body",
+    message: i.message,
+  }));
+  const first = issues[0]!;
+  throw new ValidationError(
+    `${first.field}: ${first.message}`,
+    first.field,
+    issues,
+  );
+}
+
+const trimmed = (min: number, max: number, what: string) =>
+  z.string({ error: `${what} must be a string` }).trim()
+    .min(min, `${what} is required`)
+    .max(max, `${what} must be at most ${max} characters`);
+
+export const tenantName = trimmed(1, 100, "Name");
+export const slug = z.string({ error: "Slug must be a string" }).trim()
+  .toLowerCase()
+  .regex(
+    /^[a-z0-9](?:[a-z0-9-]{0,46}[a-z0-9])?$/,
+    "Slug must be 1–48 lowercase letters, digits or dashes, not starting or ending with a dash",
+  );
+export const email = z.string({ error: "Email must be a string" }).trim()
+  .toLowerCase().max(254, "Email must be at most 254 characters")
+  .pipe(z.email("Email is not a valid address"));
+export const password = z.string({ error: "Password must be a string" })
+  .min(12, "Password must be at least 12 characters")
+  .max(256, "Password must be at most 256 characters");
+
+const limitValue = z.number({ error: "must be a number or null" }).int(
+  "must be a whole number",
+).min(0, "must be 0 or more").max(1e12, "must be at most 10^12").nullable();
+
+/** Limits: null (or absent) means unlimited. */
+export const limitsSchema = z.object({
+  rpm: limitValue.optional().default(null),
+  tpm: limitValue.optional().default(null),
+  concurrency: limitValue.optional().default(null),
+  tokensPerDay: limitValue.optional().default(null),
+  tokensPerMonth: limitValue.optional().default(null),
+}).strict();
+
+export const SCOPES = ["chat", "embeddings", "models"] as const;
+export type Scope = typeof SCOPES[number];
+
+export const modelName = z.string().trim().min(1).max(
+  200,
+  "model names must be at most 200 characters",
+);
+
+export const apiKeyCreateSchema = z.object({
+  name: trimmed(1, 100, "Name"),
+  scopes: z.array(
+    z.enum(SCOPES, { error: "scope must be chat, embeddings or models" }),
+  )
+    .min(1, "at least one scope is required").max(3).optional()
+    .default([...SCOPES]),
+  models: z.array(modelName).max(100, "at most 100 models").nullable()
+    .optional().default(null),
+  limits: limitsSchema.nullable().optional().default(null),
+  expiresAt: z.iso.datetime({
+    offset: true,
+    error: "must be an ISO 8601 date-time",
+  })
+    .nullable().optional().default(null)
+    .refine(
+      (v) => v === null || Date.parse(v) > Date.now(),
+      "must be in the future",
+    ),
+}).strict();
+
+export const tenantCreateSchema = z.object({
+  name: tenantName,
+  slug: slug.optional(),
+}).strict();
+
+export const tenantPatchSchema = z.object({
+  name: tenantName.optional(),
+  status: z.enum(["active", "suspended"], {
+    error: "status must be active or suspended",
+  }).optional(),
+}).strict();
+
+export const ROLES = [
+  "platform_admin",
+  "tenant_admin",
+  "tenant_viewer",
+] as const;
+
+export const inviteSchema = z.object({
+  email,
+  role: z.enum(ROLES, {
+    error: "role must be platform_admin, tenant_admin or tenant_viewer",
+  }),
+  tenantId: z.string().max(64).nullable().optional().default(null),
+}).strict();
+
+export const joinTokenCreateSchema = z.object({
+  uses: z.number().int().min(1).max(1000).optional().default(1),
+  ttlSeconds: z.number().int().min(60).max(
+    86_400,
+    "must be at most 86400 (24 h)",
+  )
+    .optional().default(3600),
+}).strict();

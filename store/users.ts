@@ -1,0 +1,295 @@
+/** Admin users of the portal, their roles, and one-time invites. */
+import { hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
+import { addAudit } from "./audit.ts";
+import { ConflictError, NotFoundError, ValidationError } from "./errors.ts";
+import { newId } from "./ids.ts";
+import { k } from "./kv_keys.ts";
+import { listPage, type Page, type PageOptions } from "./pagination.ts";
+import { hashPassword } from "./passwords.ts";
+import {
+  isPlatform,
+  type Principal,
+  requirePlatform,
+  requireTenantRead,
+  requireTenantWrite,
+  type Role,
+} from "./principal.ts";
+import {
+  email as emailSchema,
+  inviteSchema,
+  parse,
+  password,
+} from "./schemas.ts";
+import type { Store } from "./store.ts";
+import { getTenantRaw } from "./tenants.ts";
+
+/** A portal user. */
+export interface User {
+  id: string;
+  email: string;
+  passwordHash: string;
+  role: Role;
+  tenantId: string | null;
+  disabled: boolean;
+  createdAt: string;
+}
+
+/** A user as shown (no hash). */
+export type UserView = Omit<User, "passwordHash">;
+
+/** A pending one-time invite (the token is stored only as a keyed hash). */
+export interface Invite {
+  id: string;
+  hash: string;
+  email: string;
+  role: Role;
+  tenantId: string | null;
+  expiresAt: string;
+  createdBy: string;
+}
+
+const INVITE_TTL_MS = 7 * 24 * 3600_000;
+
+/** Strips the password hash. */
+export function userView(u: User): UserView {
+  const { passwordHash: _h, ...rest } = u;
+  return rest;
+}
+
+/** Reads a user by id (no access check; used by sessions). */
+export async function getUserRaw(
+  store: Store,
+  id: string,
+): Promise<User | null> {
+  return (await store.kv.get<User>(k.user(id))).value;
+}
+
+/** Reads a user by email (no access check; used by login). */
+export async function getUserByEmail(
+  store: Store,
+  email: string,
+): Promise<User | null> {
+  const e = email.trim().toLowerCase();
+  if (e.length > 254) return null;
+  const id = (await store.kv.get<string>(k.userByEmail(e))).value;
+  return id ? getUserRaw(store, id) : null;
+}
+
+/** Creates a user; a taken email is a 409. */
+export async function createUser(
+  store: Store,
+  p: Principal,
+  input: {
+    email: string;
+    password: string;
+    role: Role;
+    tenantId: string | null;
+  },
+): Promise<UserView> {
+  const email = parse(emailSchema, input.email);
+  const pw = parse(password, input.password);
+  if (input.role === "platform_admin") requirePlatform(p);
+  else {
+    if (!input.tenantId) {
+      throw new ValidationError("Tenant users need a tenant", "tenantId");
+    }
+    requireTenantWrite(p, input.tenantId);
+  }
+  const user: User = {
+    id: newId(),
+    email,
+    passwordHash: await hashPassword(pw),
+    role: input.role,
+    tenantId: input.role === "platform_admin" ? null : input.tenantId,
+    disabled: false,
+    createdAt: new Date().toISOString(),
+  };
+  const op = store.kv.atomic()
+    .check({ key: k.userByEmail(email), versionstamp: null })
+    .set(k.user(user.id), user)
+    .set(k.userByEmail(email), user.id);
+  if (user.tenantId) op.set(k.tenantUser(user.tenantId, user.id), user.id);
+  addAudit(op, p, {
+    action: "user.create",
+    target: { type: "user", id: user.id, label: email },
+    tenantId: user.tenantId,
+    after: userView(user),
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError(
+      `A user with email ${email} already exists`,
+      "email",
+    );
+  }
+  return userView(user);
+}
+
+/** Lists a tenant's members (or, for platform admins with no tenant, all users). */
+export async function listUsers(
+  store: Store,
+  p: Principal,
+  tenantId: string | null,
+  opts: PageOptions = {},
+): Promise<Page<UserView>> {
+  if (tenantId === null) {
+    requirePlatform(p);
+    return listPage<User, UserView>(
+      store.kv,
+      { prefix: k.userPrefix() },
+      opts,
+      userView,
+    );
+  }
+  requireTenantRead(p, tenantId);
+  return listPage<string, UserView>(
+    store.kv,
+    { prefix: k.tenantUserPrefix(tenantId) },
+    opts,
+    async (id) => {
+      const u = await getUserRaw(store, id);
+      return u ? userView(u) : null;
+    },
+  );
+}
+
+/** Disables or re-enables a user; sessions of a disabled user stop at once. */
+export async function setUserDisabled(
+  store: Store,
+  p: Principal,
+  userId: string,
+  disabled: boolean,
+): Promise<UserView> {
+  const entry = await store.kv.get<User>(k.user(userId));
+  const u = entry.value;
+  if (!u) throw new NotFoundError("User");
+  if (u.tenantId) requireTenantWrite(p, u.tenantId, "User");
+  else if (!isPlatform(p)) throw new NotFoundError("User");
+  if (u.id === p.id) {
+    throw new ValidationError("You cannot disable yourself", "userId");
+  }
+  const after = { ...u, disabled };
+  const op = store.kv.atomic().check(entry).set(k.user(userId), after);
+  addAudit(op, p, {
+    action: disabled ? "user.disable" : "user.enable",
+    target: { type: "user", id: userId, label: u.email },
+    tenantId: u.tenantId,
+    before: userView(u),
+    after: userView(after),
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("The user changed meanwhile; try again");
+  }
+  return userView(after);
+}
+
+/** Creates a one-time invite; returns the token to put in the link (shown once). */
+export async function createInvite(
+  store: Store,
+  p: Principal,
+  input: unknown,
+): Promise<{ token: string; invite: Omit<Invite, "hash"> }> {
+  const data = parse(inviteSchema, input);
+  if (data.role === "platform_admin") {
+    requirePlatform(p);
+    data.tenantId = null;
+  } else {
+    if (!data.tenantId) {
+      throw new ValidationError("Choose a tenant", "tenantId");
+    }
+    requireTenantWrite(p, data.tenantId);
+    if (p.role !== "platform_admin" && p.role !== "tenant_admin") {
+      throw new NotFoundError("Tenant");
+    }
+    if (!(await getTenantRaw(store, data.tenantId))) {
+      throw new NotFoundError("Tenant");
+    }
+  }
+  if (await getUserByEmail(store, data.email)) {
+    throw new ConflictError(
+      `A user with email ${data.email} already exists`,
+      "email",
+    );
+  }
+  const id = newId();
+  const secret = randomBase62(32);
+  const invite: Invite = {
+    id,
+    hash: await hmac(store.secrets.pepper, secret),
+    email: data.email,
+    role: data.role,
+    tenantId: data.tenantId,
+    expiresAt: new Date(Date.now() + INVITE_TTL_MS).toISOString(),
+    createdBy: p.id,
+  };
+  const { hash: _h, ...shown } = invite;
+  const op = store.kv.atomic().set(k.invite(id), invite, {
+    expireIn: INVITE_TTL_MS,
+  });
+  addAudit(op, p, {
+    action: "user.invite",
+    target: { type: "invite", id, label: data.email },
+    tenantId: data.tenantId,
+    after: shown,
+  });
+  await op.commit();
+  return { token: `${id}.${secret}`, invite: shown };
+}
+
+/** Looks up a valid invite by its token (null if unknown, used or expired). */
+export async function findInvite(
+  store: Store,
+  token: string,
+): Promise<Invite | null> {
+  const [id, secret] = token.split(".");
+  if (!id || !secret || id.length > 64 || secret.length > 64) return null;
+  const inv = (await store.kv.get<Invite>(k.invite(id))).value;
+  if (!inv || Date.parse(inv.expiresAt) <= Date.now()) return null;
+  return safeEqual(inv.hash, await hmac(store.secrets.pepper, secret))
+    ? inv
+    : null;
+}
+
+/** Accepts an invite: creates the user and consumes the invite in one atomic op. */
+export async function acceptInvite(
+  store: Store,
+  token: string,
+  pw: string,
+  ip: string | null,
+): Promise<UserView> {
+  const inv = await findInvite(store, token);
+  if (!inv) throw new NotFoundError("Invite");
+  const passwordHash = await hashPassword(parse(password, pw));
+  const user: User = {
+    id: newId(),
+    email: inv.email,
+    passwordHash,
+    role: inv.role,
+    tenantId: inv.tenantId,
+    disabled: false,
+    createdAt: new Date().toISOString(),
+  };
+  const inviteEntry = await store.kv.get(k.invite(inv.id));
+  const op = store.kv.atomic().check(inviteEntry)
+    .check({ key: k.userByEmail(user.email), versionstamp: null })
+    .delete(k.invite(inv.id))
+    .set(k.user(user.id), user)
+    .set(k.userByEmail(user.email), user.id);
+  if (user.tenantId) op.set(k.tenantUser(user.tenantId, user.id), user.id);
+  addAudit(op, {
+    kind: "user",
+    id: user.id,
+    label: user.email,
+    role: user.role,
+    tenantId: user.tenantId,
+    ip,
+  }, {
+    action: "user.accept_invite",
+    target: { type: "user", id: user.id, label: user.email },
+    tenantId: user.tenantId,
+    after: userView(user),
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("This invite was already used");
+  }
+  return userView(user);
+}
