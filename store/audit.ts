@@ -60,7 +60,7 @@ export interface AuditFilter extends PageOptions {
  * Lists audit entries, newest first. Tenant principals see only their
  * tenant's entries, whatever filter they pass.
  */
-export async function listAudit(
+export function listAudit(
   kv: Deno.Kv,
   p: Principal,
   filter: AuditFilter = {},

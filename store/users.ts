@@ -125,7 +125,7 @@ export async function createUser(
 }
 
 /** Lists a tenant's members (or, for platform admins with no tenant, all users). */
-export async function listUsers(
+export function listUsers(
   store: Store,
   p: Principal,
   tenantId: string | null,
