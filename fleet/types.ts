@@ -1,0 +1,43 @@
+/**
+ * The contract between the node registry (fleet) and the gateway's router.
+ * The fleet knows which nodes exist, their health and load from heartbeats,
+ * and how to call them with a gateway-signed JWT; the gateway picks among
+ * `candidates()` and tracks its own in-flight counts per node.
+ */
+import type { EngineModel, EngineStats } from "../node/engine.ts";
+
+/** Lifecycle state of a node as the gateway sees it. */
+export type NodeState = "healthy" | "unhealthy" | "draining" | "drained";
+
+/** What the gateway needs to know about a node to route to it. */
+export interface NodeView {
+  id: string;
+  name: string;
+  /** Base URL the gateway calls (validated at enrollment). */
+  url: string;
+  engine: "llama" | "openai";
+  state: NodeState;
+  models: EngineModel[];
+  /** Last heartbeat's load and health. */
+  stats: EngineStats;
+  lastHeartbeatAt: string | null;
+  enrolledAt: string;
+}
+
+/** The node registry as the gateway uses it. */
+export interface Fleet {
+  /**
+   * Healthy, undrained nodes serving `model` (an id or alias), least loaded
+   * first. Empty when none can serve it.
+   */
+  candidates(model: string): NodeView[];
+  /** Every model (id, aliases) some healthy, undrained node serves. */
+  servedModels(): { id: string; aliases: string[]; kind: EngineModel["kind"]; contextLength?: number; nodeIds: string[] }[];
+  /** Resolves an alias to its model id (or returns the id unchanged). */
+  resolveModel(model: string): string;
+  /**
+   * Calls a node: `path` like `/v1/chat/completions`, with a short-lived
+   * gateway-signed JWT (`aud` = node id) added. Redirects are not followed.
+   */
+  fetchNode(nodeId: string, path: string, init: RequestInit): Promise<Response>;
+}
