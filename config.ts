@@ -39,7 +39,9 @@ function bool(env: string, fallback: boolean): boolean {
   if (raw === undefined || raw === "") return fallback;
   if (["1", "true", "yes", "on"].includes(raw)) return true;
   if (["0", "false", "no", "off"].includes(raw)) return false;
-  throw new Error(`Cannot start: ${env} must be true or false: current value is ${raw}`);
+  throw new Error(
+    `Cannot start: ${env} must be true or false: current value is ${raw}`,
+  );
 }
 
 /** Reads the configuration from environment variables. */
@@ -51,8 +53,9 @@ export function loadConfig(): Config {
     hostname,
     dataDir: Deno.env.get("ORCHARD_DATA_DIR") || "./data",
     kvUrl: Deno.env.get("ORCHARD_KV_URL") || null,
-    publicUrl: (Deno.env.get("ORCHARD_PUBLIC_URL") || `http://localhost:${port}`)
-      .replace(/\/+$/, ""),
+    publicUrl:
+      (Deno.env.get("ORCHARD_PUBLIC_URL") || `http://localhost:${port}`)
+        .replace(/\/+$/, ""),
     adminEmail: Deno.env.get("ORCHARD_ADMIN_EMAIL") || null,
     adminPassword: Deno.env.get("ORCHARD_ADMIN_PASSWORD") || null,
     adminToken: Deno.env.get("ORCHARD_ADMIN_TOKEN") || null,

@@ -154,11 +154,14 @@ export async function revokeApiKey(
   store: Store,
   p: Principal,
   id: string,
+  tenantId?: string,
 ): Promise<ApiKeyView> {
   const entry = id.length <= 64
     ? await store.kv.get<ApiKey>(k.apiKey(id))
     : null;
-  if (!entry?.value) throw new NotFoundError("API key");
+  if (!entry?.value || (tenantId && entry.value.tenantId !== tenantId)) {
+    throw new NotFoundError("API key");
+  }
   requireTenantWrite(p, entry.value.tenantId, "API key");
   if (entry.value.revokedAt) return view(entry.value, null);
   const after = { ...entry.value, revokedAt: new Date().toISOString() };

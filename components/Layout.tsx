@@ -1,0 +1,63 @@
+/** The portal page shell: navigation by role, the signed-in user, sign-out. */
+import type { ComponentChildren } from "preact";
+import type { Principal } from "../store/principal.ts";
+import { PostForm } from "./ui.tsx";
+
+/** Props of the page shell. */
+export interface LayoutProps {
+  title: string;
+  principal: Principal;
+  csrf: string;
+  active: string;
+  children: ComponentChildren;
+}
+
+/** The navigation entries a principal sees. */
+function navFor(p: Principal): [string, string][] {
+  if (p.role === "platform_admin") {
+    return [
+      ["/tenants", "Tenants"],
+      ["/usage", "Usage & cost"],
+      ["/nodes", "Nodes"],
+      ["/mesh", "RDMA mesh"],
+      ["/models", "Models"],
+      ["/playground", "Playground"],
+      ["/audit", "Audit log"],
+      ["/settings", "Settings"],
+    ];
+  }
+  return [
+    [`/tenants/${p.tenantId}`, "My tenant"],
+    ["/usage", "Usage & cost"],
+    ["/audit", "Audit log"],
+  ];
+}
+
+/** Page shell for signed-in users. */
+export function Layout(props: LayoutProps) {
+  return (
+    <div class="shell">
+      <nav class="nav" aria-label="Main">
+        <a class="brand" href="/">🍏 Orchard</a>
+        {navFor(props.principal).map(([href, label]) => (
+          <a
+            key={href}
+            href={href}
+            aria-current={props.active === href ? "page" : undefined}
+          >
+            {label}
+          </a>
+        ))}
+        <div class="who">
+          {props.principal.label}
+          <br />
+          <span>{props.principal.role.replace("_", " ")}</span>
+        </div>
+        <PostForm action="/logout" csrf={props.csrf}>
+          <button type="submit" class="small">Sign out</button>
+        </PostForm>
+      </nav>
+      <main>{props.children}</main>
+    </div>
+  );
+}

@@ -1,0 +1,159 @@
+/**
+ * The admin REST API (`/api/admin/v1`), bearer admin token, JSON. Same
+ * service layer as the portal; authorization is in the service functions.
+ */
+import { Hono, type MiddlewareHandler } from "hono";
+import { verifyAdminToken } from "../../store/admin_tokens.ts";
+import {
+  createApiKey,
+  getApiKey,
+  listApiKeys,
+  revokeApiKey,
+} from "../../store/api_keys.ts";
+import { listAudit } from "../../store/audit.ts";
+import { UnauthorizedError } from "../../store/errors.ts";
+import { getTenantLimits, setTenantLimits } from "../../store/limits.ts";
+import {
+  createTenant,
+  findTenant,
+  listTenants,
+  updateTenant,
+} from "../../store/tenants.ts";
+import { createInvite, listUsers } from "../../store/users.ts";
+import { type AdminEnv, clientIp } from "../_env.ts";
+import { limitParam, readJson } from "./_json.ts";
+import { openApiDocument } from "./openapi.ts";
+
+/** Authenticates `Authorization: Bearer <admin token>`. */
+export function adminAuth(): MiddlewareHandler<AdminEnv> {
+  return async function adminAuth(c, next) {
+    const h = c.req.header("authorization") ?? "";
+    const m = /^Bearer\s+(\S+)$/i.exec(h);
+    const principal = m
+      ? await verifyAdminToken(c.get("deps").store, m[1]!, clientIp(c))
+      : null;
+    if (!principal) {
+      c.header("www-authenticate", 'Bearer realm="orchard-admin"');
+      throw new UnauthorizedError(
+        "A valid admin token is required (Authorization: Bearer …)",
+      );
+    }
+    c.set("principal", principal);
+    await next();
+  };
+}
+
+/** Builds the admin API sub-app (mount at `/api/admin/v1`). */
+export function createAdminApi(): Hono<AdminEnv> {
+  const api = new Hono<AdminEnv>();
+  api.get("/openapi.json", (c) => c.json(openApiDocument()));
+  api.use("*", adminAuth());
+  const store = (c: { get(k: "deps"): AdminEnv["Variables"]["deps"] }) =>
+    c.get("deps").store;
+
+  api.post(
+    "/tenants",
+    async (c) =>
+      c.json(
+        await createTenant(store(c), c.get("principal"), await readJson(c)),
+        201,
+      ),
+  );
+  api.get("/tenants", async (c) =>
+    c.json(
+      await listTenants(store(c), c.get("principal"), {
+        search: c.req.query("search")?.slice(0, 100),
+        cursor: c.req.query("cursor"),
+        limit: limitParam(c.req.query("limit")),
+      }),
+    ));
+  api.get(
+    "/tenants/:id",
+    async (c) =>
+      c.json(await findTenant(store(c), c.get("principal"), c.req.param("id"))),
+  );
+  api.patch("/tenants/:id", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(
+      await updateTenant(store(c), c.get("principal"), t.id, await readJson(c)),
+    );
+  });
+  api.get("/tenants/:id/limits", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(await getTenantLimits(store(c), c.get("principal"), t.id));
+  });
+  api.put("/tenants/:id/limits", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(
+      await setTenantLimits(
+        store(c),
+        c.get("principal"),
+        t.id,
+        await readJson(c),
+      ),
+    );
+  });
+  api.post("/tenants/:id/keys", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    const { key, apiKey } = await createApiKey(
+      store(c),
+      c.get("principal"),
+      t.id,
+      await readJson(c),
+    );
+    c.header("cache-control", "no-store");
+    return c.json({ ...apiKey, key }, 201);
+  });
+  api.get("/tenants/:id/keys", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(
+      await listApiKeys(store(c), c.get("principal"), t.id, {
+        cursor: c.req.query("cursor"),
+        limit: limitParam(c.req.query("limit")),
+      }),
+    );
+  });
+  api.get("/tenants/:id/users", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(
+      await listUsers(store(c), c.get("principal"), t.id, {
+        cursor: c.req.query("cursor"),
+        limit: limitParam(c.req.query("limit")),
+      }),
+    );
+  });
+  api.get(
+    "/keys/:id",
+    async (c) =>
+      c.json(await getApiKey(store(c), c.get("principal"), c.req.param("id"))),
+  );
+  api.delete(
+    "/keys/:id",
+    async (c) =>
+      c.json(
+        await revokeApiKey(store(c), c.get("principal"), c.req.param("id")),
+      ),
+  );
+  api.post("/invites", async (c) => {
+    const { token, invite } = await createInvite(
+      store(c),
+      c.get("principal"),
+      await readJson(c),
+    );
+    c.header("cache-control", "no-store");
+    return c.json({
+      ...invite,
+      link: `${c.get("deps").config.publicUrl}/invite/${token}`,
+    }, 201);
+  });
+  api.get("/audit", async (c) =>
+    c.json(
+      await listAudit(store(c).kv, c.get("principal"), {
+        tenantId: c.req.query("tenant")?.slice(0, 64),
+        actorId: c.req.query("actor")?.slice(0, 64),
+        cursor: c.req.query("cursor"),
+        limit: limitParam(c.req.query("limit")),
+      }),
+    ));
+  return api;
+}

@@ -1,0 +1,308 @@
+/**
+ * OpenAPI 3.1 description of the admin API. Written out by hand: the routes
+ * are plain Hono handlers over zod-validated service functions, and a
+ * generator would need every route rewritten in its own DSL.
+ */
+
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+const json = (schema: unknown) => ({
+  content: { "application/json": { schema } },
+});
+const errors = {
+  "400": {
+    description: "Invalid input; `error.field` names the field",
+    ...json(ref("Error")),
+  },
+  "401": {
+    description: "Missing or invalid admin token",
+    ...json(ref("Error")),
+  },
+  "403": {
+    description: "Not allowed for this token's role",
+    ...json(ref("Error")),
+  },
+  "404": {
+    description: "Not found (or belongs to another tenant)",
+    ...json(ref("Error")),
+  },
+  "409": {
+    description: "Conflict (taken slug, concurrent change)",
+    ...json(ref("Error")),
+  },
+};
+const idParam = (name: string, what: string) => ({
+  name,
+  in: "path",
+  required: true,
+  schema: { type: "string" },
+  description: what,
+});
+const pageParams = [
+  { name: "cursor", in: "query", schema: { type: "string" } },
+  {
+    name: "limit",
+    in: "query",
+    schema: { type: "integer", minimum: 1, maximum: 200 },
+  },
+];
+const op = (
+  summary: string,
+  ok: { status: string; schema: unknown },
+  extra: Record<string, unknown> = {},
+) => ({
+  summary,
+  responses: {
+    [ok.status]: { description: "OK", ...json(ok.schema) },
+    ...errors,
+  },
+  ...extra,
+});
+const page = (item: string) => ({
+  type: "object",
+  properties: {
+    items: { type: "array", items: ref(item) },
+    cursor: { type: ["string", "null"] },
+  },
+});
+const nullableInt = { type: ["integer", "null"], minimum: 0 };
+
+/** The OpenAPI document served at `/api/admin/v1/openapi.json`. */
+export function openApiDocument() {
+  return {
+    openapi: "3.1.0",
+    info: {
+      title: "Orchard admin API",
+      version: "1.0.0",
+      description:
+        "Tenants, API keys, limits, members, nodes and audit. Authenticate with `Authorization: Bearer <admin token>`.",
+    },
+    servers: [{ url: "/api/admin/v1" }],
+    security: [{ bearer: [] }],
+    paths: {
+      "/tenants": {
+        get: op("List tenants", { status: "200", schema: page("Tenant") }, {
+          parameters: [{
+            name: "search",
+            in: "query",
+            schema: { type: "string" },
+          }, ...pageParams],
+        }),
+        post: op("Create a tenant", { status: "201", schema: ref("Tenant") }, {
+          requestBody: json({
+            type: "object",
+            required: ["name"],
+            properties: {
+              name: { type: "string", maxLength: 100 },
+              slug: { type: "string", maxLength: 48 },
+            },
+          }),
+        }),
+      },
+      "/tenants/{id}": {
+        parameters: [idParam("id", "Tenant id or slug")],
+        get: op("Read a tenant", { status: "200", schema: ref("Tenant") }),
+        patch: op("Rename, suspend or resume a tenant", {
+          status: "200",
+          schema: ref("Tenant"),
+        }, {
+          requestBody: json({
+            type: "object",
+            properties: {
+              name: { type: "string" },
+              status: { enum: ["active", "suspended"] },
+            },
+          }),
+        }),
+      },
+      "/tenants/{id}/limits": {
+        parameters: [idParam("id", "Tenant id or slug")],
+        get: op("Read a tenant's limits", {
+          status: "200",
+          schema: ref("Limits"),
+        }),
+        put: op("Replace a tenant's limits", {
+          status: "200",
+          schema: ref("Limits"),
+        }, { requestBody: json(ref("Limits")) }),
+      },
+      "/tenants/{id}/keys": {
+        parameters: [idParam("id", "Tenant id or slug")],
+        get: op("List a tenant's API keys", {
+          status: "200",
+          schema: page("ApiKey"),
+        }, { parameters: pageParams }),
+        post: op(
+          "Create an API key; the response is the only one that carries `key`",
+          {
+            status: "201",
+            schema: {
+              allOf: [ref("ApiKey"), {
+                type: "object",
+                properties: { key: { type: "string" } },
+              }],
+            },
+          },
+          {
+            requestBody: json({
+              type: "object",
+              required: ["name"],
+              properties: {
+                name: { type: "string", maxLength: 100 },
+                scopes: {
+                  type: "array",
+                  items: { enum: ["chat", "embeddings", "models"] },
+                },
+                models: { type: ["array", "null"], items: { type: "string" } },
+                limits: { oneOf: [ref("Limits"), { type: "null" }] },
+                expiresAt: { type: ["string", "null"], format: "date-time" },
+              },
+            }),
+          },
+        ),
+      },
+      "/tenants/{id}/users": {
+        parameters: [idParam("id", "Tenant id or slug")],
+        get: op("List a tenant's members", {
+          status: "200",
+          schema: page("User"),
+        }, { parameters: pageParams }),
+      },
+      "/keys/{id}": {
+        parameters: [idParam("id", "API key id")],
+        get: op("Read an API key", { status: "200", schema: ref("ApiKey") }),
+        delete: op("Revoke an API key (effective within a second)", {
+          status: "200",
+          schema: ref("ApiKey"),
+        }),
+      },
+      "/invites": {
+        post: op("Invite a user with a one-time link", {
+          status: "201",
+          schema: {
+            type: "object",
+            properties: {
+              link: { type: "string" },
+              email: { type: "string" },
+              role: { type: "string" },
+              expiresAt: { type: "string" },
+            },
+          },
+        }, {
+          requestBody: json({
+            type: "object",
+            required: ["email", "role"],
+            properties: {
+              email: { type: "string" },
+              role: {
+                enum: ["platform_admin", "tenant_admin", "tenant_viewer"],
+              },
+              tenantId: { type: ["string", "null"] },
+            },
+          }),
+        }),
+      },
+      "/audit": {
+        get: op("Browse the audit log, newest first", {
+          status: "200",
+          schema: page("AuditEntry"),
+        }, {
+          parameters: [
+            { name: "tenant", in: "query", schema: { type: "string" } },
+            { name: "actor", in: "query", schema: { type: "string" } },
+            ...pageParams,
+          ],
+        }),
+      },
+      ...extraPaths,
+    },
+    components: {
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      schemas: {
+        Error: {
+          type: "object",
+          properties: {
+            error: {
+              type: "object",
+              properties: {
+                message: { type: "string" },
+                code: { type: "string" },
+                field: { type: ["string", "null"] },
+              },
+            },
+          },
+        },
+        Tenant: {
+          type: "object",
+          properties: {
+            id: { type: "string" },
+            name: { type: "string" },
+            slug: { type: "string" },
+            status: { enum: ["active", "suspended"] },
+            createdAt: { type: "string" },
+            updatedAt: { type: "string" },
+          },
+        },
+        Limits: {
+          type: "object",
+          description: "null = unlimited",
+          properties: {
+            rpm: nullableInt,
+            tpm: nullableInt,
+            concurrency: nullableInt,
+            tokensPerDay: nullableInt,
+            tokensPerMonth: nullableInt,
+          },
+        },
+        ApiKey: {
+          type: "object",
+          properties: {
+            id: { type: "string" },
+            tenantId: { type: "string" },
+            name: { type: "string" },
+            prefix: { type: "string" },
+            last4: { type: "string" },
+            scopes: { type: "array", items: { type: "string" } },
+            models: { type: ["array", "null"], items: { type: "string" } },
+            limits: { oneOf: [ref("Limits"), { type: "null" }] },
+            expiresAt: { type: ["string", "null"] },
+            revokedAt: { type: ["string", "null"] },
+            createdAt: { type: "string" },
+            lastUsedAt: { type: ["string", "null"] },
+          },
+        },
+        User: {
+          type: "object",
+          properties: {
+            id: { type: "string" },
+            email: { type: "string" },
+            role: { type: "string" },
+            tenantId: { type: ["string", "null"] },
+            disabled: { type: "boolean" },
+          },
+        },
+        AuditEntry: {
+          type: "object",
+          properties: {
+            id: { type: "string" },
+            at: { type: "string" },
+            actor: { type: "object" },
+            action: { type: "string" },
+            target: { type: "object" },
+            tenantId: { type: ["string", "null"] },
+            before: {},
+            after: {},
+            ip: { type: ["string", "null"] },
+          },
+        },
+      },
+    },
+  };
+}
+
+/** Paths contributed by other parts of the admin API (nodes, usage). */
+const extraPaths: Record<string, unknown> = {};
+
+/** Registers more documented paths (called by modules that add admin routes). */
+export function documentPaths(paths: Record<string, unknown>): void {
+  Object.assign(extraPaths, paths);
+}

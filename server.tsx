@@ -1,0 +1,169 @@
+/**
+ * Builds the complete Orchard HTTP app: portal pages, admin API, and the
+ * parts other modules contribute (gateway, node-facing API), with errors
+ * rendered in one place per protocol.
+ */
+import { Hono } from "hono";
+import { serveStatic } from "hono/deno";
+import { secureHeaders } from "hono/secure-headers";
+import type { AppDeps, AppPart } from "./app.ts";
+import { Alert } from "./components/ui.tsx";
+import type { IslandManifest } from "./lib/islands_build.ts";
+import { log } from "./lib/log.ts";
+import { ServiceError, TooManyRequestsError } from "./store/errors.ts";
+import { isPlatform } from "./store/principal.ts";
+import type { AdminEnv, PortalEnv } from "./routes/_env.ts";
+import {
+  csrfMiddleware,
+  requireSignIn,
+  sessionMiddleware,
+} from "./routes/_middleware.ts";
+import { barePage } from "./routes/_page.tsx";
+import { createAdminApi } from "./routes/api/admin.ts";
+import { errorBody } from "./routes/api/_json.ts";
+import { auditRoutes } from "./routes/audit.tsx";
+import { authRoutes } from "./routes/auth.tsx";
+import { tenantDetailRoutes } from "./routes/tenant.tsx";
+import { tenantRoutes } from "./routes/tenants.tsx";
+
+/** Extra pieces mounted next to the portal and admin API. */
+export interface OrchardExtras {
+  /** Sub-apps mounted at the root before the portal (gateway `/v1`, `/metrics`, `/api/node/v1`). */
+  parts?: AppPart[];
+  /** Sub-apps mounted under `/api/admin/v1` after admin authentication. */
+  adminParts?: Hono<AdminEnv>[];
+  /** Portal sub-apps (signed-in pages) mounted at the given paths. */
+  portalParts?: { path: string; app: Hono<PortalEnv> }[];
+}
+
+/** Builds the app. */
+export function createOrchardApp(
+  deps: AppDeps,
+  islands: IslandManifest,
+  extras: OrchardExtras = {},
+): Hono {
+  const app = new Hono();
+  app.use("*", async (c, next) => {
+    // deno-lint-ignore no-explicit-any
+    (c as any).set("deps", deps);
+    // deno-lint-ignore no-explicit-any
+    (c as any).set("islands", islands);
+    await next();
+  });
+  for (const part of extras.parts ?? []) app.route(part.path, part.app);
+
+  const admin = createAdminApi();
+  for (const extra of extras.adminParts ?? []) admin.route("/", extra);
+  app.route("/api/admin/v1", admin as unknown as Hono);
+
+  const portal = new Hono<PortalEnv>();
+  portal.use(
+    "*",
+    secureHeaders({
+      contentSecurityPolicy: {
+        defaultSrc: ["'self'"],
+        scriptSrc: ["'self'"],
+        styleSrc: ["'self'", "'unsafe-inline'"],
+        imgSrc: ["'self'", "data:"],
+        connectSrc: ["'self'"],
+        frameAncestors: ["'none'"],
+        formAction: ["'self'"],
+      },
+    }),
+  );
+  portal.use("*", sessionMiddleware(), csrfMiddleware());
+  portal.route("/", authRoutes);
+  const signedIn = new Hono<PortalEnv>();
+  signedIn.use("*", requireSignIn());
+  signedIn.get("/", (c) => {
+    const p = c.get("principal")!;
+    return c.redirect(
+      isPlatform(p) ? "/tenants" : `/tenants/${p.tenantId}`,
+      303,
+    );
+  });
+  signedIn.route("/tenants", tenantRoutes);
+  signedIn.route("/tenants", tenantDetailRoutes);
+  signedIn.route("/audit", auditRoutes);
+  for (const part of extras.portalParts ?? []) {
+    signedIn.route(part.path, part.app);
+  }
+  portal.route("/", signedIn);
+
+  app.use(
+    "/static/build/*",
+    async (c, next) => {
+      await next();
+      if (c.res.status === 200) {
+        c.header("cache-control", "public, max-age=31536000, immutable");
+      }
+    },
+  );
+  app.use("/static/*", serveStatic({ root: "./" }));
+  app.route("/", portal as unknown as Hono);
+
+  app.notFound((c) => {
+    if (c.req.path.startsWith("/api/")) {
+      return c.json({
+        error: { message: "Not found", code: "not_found", field: null },
+      }, 404);
+    }
+    // deno-lint-ignore no-explicit-any
+    return barePage(
+      c as any,
+      "Not found",
+      <>
+        <h1>Not found</h1>
+        <p>
+          <a href="/">Back to Orchard</a>
+        </p>
+      </>,
+      404,
+    );
+  });
+  app.onError((err, c) => {
+    const api = c.req.path.startsWith("/api/");
+    if (err instanceof ServiceError) {
+      if (err instanceof TooManyRequestsError) {
+        c.header("retry-after", String(err.retryAfter));
+      }
+      if (api) {
+        // deno-lint-ignore no-explicit-any
+        return c.json(errorBody(err), err.status as any);
+      }
+      if (err.status === 401) return c.redirect("/login", 303);
+      return barePage(
+        // deno-lint-ignore no-explicit-any
+        c as any,
+        err.status === 404 ? "Not found" : "Not allowed",
+        <>
+          <Alert tone="error">{err.message}</Alert>
+          <p>
+            <a href="/">Back to Orchard</a>
+          </p>
+        </>,
+        // deno-lint-ignore no-explicit-any
+        err.status as any,
+      );
+    }
+    log.error("unhandled error", {
+      path: c.req.path,
+      method: c.req.method,
+      error: String(err),
+      stack: (err as Error)?.stack,
+    });
+    if (api) {
+      return c.json({
+        error: { message: "Internal error", code: "internal", field: null },
+      }, 500);
+    }
+    // deno-lint-ignore no-explicit-any
+    return barePage(
+      c as any,
+      "Error",
+      <Alert tone="error">Something went wrong. It was logged.</Alert>,
+      500,
+    );
+  });
+  return app;
+}
