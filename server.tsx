@@ -3,7 +3,7 @@
  * parts other modules contribute (gateway, node-facing API), with errors
  * rendered in one place per protocol.
  */
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import { serveStatic } from "hono/deno";
 import { secureHeaders } from "hono/secure-headers";
 import type { AppDeps, AppPart } from "./app.ts";
@@ -44,10 +44,9 @@ export function createOrchardApp(
 ): Hono {
   const app = new Hono();
   app.use("*", async (c, next) => {
-    // deno-lint-ignore no-explicit-any
-    (c as any).set("deps", deps);
-    // deno-lint-ignore no-explicit-any
-    (c as any).set("islands", islands);
+    const ctx = asPortal(c);
+    ctx.set("deps", deps);
+    ctx.set("islands", islands);
     await next();
   });
   for (const part of extras.parts ?? []) app.route(part.path, part.app);
@@ -108,9 +107,8 @@ export function createOrchardApp(
         error: { message: "Not found", code: "not_found", field: null },
       }, 404);
     }
-    // deno-lint-ignore no-explicit-any
     return barePage(
-      c as any,
+      asPortal(c),
       "Not found",
       <>
         <h1>Not found</h1>
@@ -128,13 +126,11 @@ export function createOrchardApp(
         c.header("retry-after", String(err.retryAfter));
       }
       if (api) {
-        // deno-lint-ignore no-explicit-any
-        return c.json(errorBody(err), err.status as any);
+        return c.json(errorBody(err), err.status as 400);
       }
       if (err.status === 401) return c.redirect("/login", 303);
       return barePage(
-        // deno-lint-ignore no-explicit-any
-        c as any,
+        asPortal(c),
         err.status === 404 ? "Not found" : "Not allowed",
         <>
           <Alert tone="error">{err.message}</Alert>
@@ -142,8 +138,7 @@ export function createOrchardApp(
             <a href="/">Back to Orchard</a>
           </p>
         </>,
-        // deno-lint-ignore no-explicit-any
-        err.status as any,
+        err.status as 404,
       );
     }
     log.error("unhandled error", {
@@ -157,13 +152,17 @@ export function createOrchardApp(
         error: { message: "Internal error", code: "internal", field: null },
       }, 500);
     }
-    // deno-lint-ignore no-explicit-any
     return barePage(
-      c as any,
+      asPortal(c),
       "Error",
       <Alert tone="error">Something went wrong. It was logged.</Alert>,
       500,
     );
   });
   return app;
+}
+
+/** Views a root context as the portal's typed context (the root sets its variables first). */
+function asPortal(c: Context): Context<PortalEnv> {
+  return c as unknown as Context<PortalEnv>;
 }
