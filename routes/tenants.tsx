@@ -56,7 +56,9 @@ async function listView(
     limit: 25,
   });
   const next = pageData.cursor
-    ? `/tenants?q=${encodeURIComponent(q)}&cursor=${pageData.cursor}`
+    ? `/tenants?q=${encodeURIComponent(q)}&cursor=${
+      encodeURIComponent(pageData.cursor)
+    }`
     : null;
   return page(
     c,

@@ -36,7 +36,9 @@ export async function listPage<V, T>(
 ): Promise<Page<T>> {
   const limit = pageSize(opts.limit);
   const cursor = opts.cursor || undefined;
-  if (cursor && (cursor.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(cursor))) {
+  if (
+    cursor && (cursor.length > 1024 || !/^[A-Za-z0-9_\-+/=]+$/.test(cursor))
+  ) {
     throw new ValidationError("cursor is invalid", "cursor");
   }
   const iter = kv.list<V>(selector, {

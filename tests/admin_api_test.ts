@@ -1,0 +1,227 @@
+import assert from "node:assert/strict";
+import { api, createWorld } from "./_helpers.ts";
+
+Deno.test("admin API: tenants can be created, read by id or slug, listed, renamed and suspended", async () => {
+  const w = await createWorld();
+  const { platform } = w.tokens;
+  const created = await api(w, "POST", "/tenants", platform, {
+    name: "Initech",
+    slug: "initech",
+  });
+  assert.equal(created.status, 201);
+  const t = await created.json();
+  assert.equal(t.slug, "initech");
+  assert.equal((await api(w, "GET", `/tenants/${t.id}`, platform)).status, 200);
+  assert.equal(
+    (await (await api(w, "GET", "/tenants/initech", platform)).json()).id,
+    t.id,
+  );
+  const list = await (await api(w, "GET", "/tenants?limit=2", platform)).json();
+  assert.equal(list.items.length, 2);
+  assert.ok(list.cursor);
+  const next = await (await api(
+    w,
+    "GET",
+    `/tenants?limit=2&cursor=${encodeURIComponent(list.cursor)}`,
+    platform,
+  )).json();
+  assert.equal(next.items.length, 1);
+  const renamed = await (await api(w, "PATCH", `/tenants/${t.id}`, platform, {
+    name: "Initrode",
+  })).json();
+  assert.equal(renamed.name, "Initrode");
+  const suspended = await (await api(w, "PATCH", `/tenants/${t.id}`, platform, {
+    status: "suspended",
+  })).json();
+  assert.equal(suspended.status, "suspended");
+  const search = await (await api(w, "GET", "/tenants?search=initr", platform))
+    .json();
+  assert.deepEqual(search.items.map((x: { id: string }) => x.id), [t.id]);
+  w.close();
+});
+
+Deno.test("admin API: errors are JSON with status, message and field", async () => {
+  const w = await createWorld();
+  const { platform, adminA, viewerA } = w.tokens;
+  const cases: [Response, number, string | null][] = [
+    [await api(w, "GET", "/tenants", null), 401, null],
+    [await api(w, "GET", "/tenants", "orchadm_bogus"), 401, null],
+    [await api(w, "POST", "/tenants", platform, "{not json"), 400, "body"],
+    [await api(w, "POST", "/tenants", platform, "[1,2]"), 400, "body"],
+    [await api(w, "POST", "/tenants", platform, { name: "" }), 400, "name"],
+    [
+      await api(w, "POST", "/tenants", platform, { name: "x".repeat(5000) }),
+      400,
+      "name",
+    ],
+    [
+      await api(w, "POST", "/tenants", platform, { name: "Dup", slug: "acme" }),
+      409,
+      "slug",
+    ],
+    [await api(w, "POST", "/tenants", adminA, { name: "Mine" }), 403, null],
+    [await api(w, "GET", "/tenants/nope", platform), 404, null],
+    [
+      await api(w, "PUT", `/tenants/${w.tenantA.id}/limits`, platform, {
+        rpm: "ten",
+      }),
+      400,
+      "rpm",
+    ],
+    [
+      await api(w, "PUT", `/tenants/${w.tenantA.id}/limits`, viewerA, {
+        rpm: 10,
+      }),
+      403,
+      null,
+    ],
+    [
+      await api(w, "POST", `/tenants/${w.tenantA.id}/keys`, platform, {
+        name: "k",
+        scopes: [],
+      }),
+      400,
+      "scopes",
+    ],
+    [await api(w, "DELETE", "/keys/unknown", platform), 404, null],
+    [await api(w, "GET", "/tenants?limit=0", platform), 400, "limit"],
+    [
+      await api(
+        w,
+        "POST",
+        "/tenants",
+        platform,
+        JSON.stringify({ name: "big", pad: "x".repeat(70_000) }),
+      ),
+      413,
+      null,
+    ],
+    [
+      await api(w, "POST", "/invites", platform, {
+        email: "not-an-email",
+        role: "tenant_admin",
+        tenantId: w.tenantA.id,
+      }),
+      400,
+      "email",
+    ],
+  ];
+  for (const [res, status, field] of cases) {
+    assert.equal(res.status, status, `${res.url}: ${await res.clone().text()}`);
+    const body = await res.json();
+    assert.equal(typeof body.error.message, "string");
+    assert.ok(body.error.message.length > 0);
+    assert.equal(body.error.field, field);
+  }
+  w.close();
+});
+
+Deno.test("admin API: limits and keys round-trip; the key appears only in the 201 response", async () => {
+  const w = await createWorld();
+  const { platform, adminA } = w.tokens;
+  const limits = {
+    rpm: 60,
+    tpm: 100_000,
+    concurrency: 4,
+    tokensPerDay: 1_000_000,
+    tokensPerMonth: null,
+  };
+  const put = await api(
+    w,
+    "PUT",
+    `/tenants/${w.tenantA.id}/limits`,
+    adminA,
+    limits,
+  );
+  assert.equal(put.status, 200);
+  assert.deepEqual(
+    await (await api(w, "GET", `/tenants/acme/limits`, platform)).json(),
+    limits,
+  );
+  const created = await api(
+    w,
+    "POST",
+    `/tenants/${w.tenantA.id}/keys`,
+    adminA,
+    {
+      name: "prod",
+      scopes: ["chat"],
+      models: ["llama-3"],
+      limits: { rpm: 10 },
+    },
+  );
+  assert.equal(created.status, 201);
+  assert.equal(created.headers.get("cache-control"), "no-store");
+  const key = await created.json();
+  assert.match(key.key, /^orch_/);
+  assert.deepEqual(key.limits, {
+    rpm: 10,
+    tpm: null,
+    concurrency: null,
+    tokensPerDay: null,
+    tokensPerMonth: null,
+  });
+  const list =
+    await (await api(w, "GET", `/tenants/${w.tenantA.id}/keys`, adminA)).text();
+  assert.ok(!list.includes(key.key));
+  assert.ok(list.includes(key.last4));
+  const one = await (await api(w, "GET", `/keys/${key.id}`, adminA)).json();
+  assert.equal(one.key, undefined);
+  const revoked = await (await api(w, "DELETE", `/keys/${key.id}`, adminA))
+    .json();
+  assert.ok(revoked.revokedAt);
+  const audit =
+    await (await api(w, "GET", `/audit?tenant=${w.tenantA.id}`, platform))
+      .json();
+  assert.deepEqual(
+    audit.items.slice(0, 3).map((e: { action: string }) => e.action),
+    ["key.revoke", "key.create", "limits.set"],
+  );
+  assert.ok(!JSON.stringify(audit).includes(key.key));
+  w.close();
+});
+
+Deno.test("admin API: invites produce a one-time link; openapi.json documents every admin route", async () => {
+  const w = await createWorld();
+  const res = await api(w, "POST", "/invites", w.tokens.adminA, {
+    email: "new@acme.test",
+    role: "tenant_viewer",
+    tenantId: w.tenantA.id,
+  });
+  assert.equal(res.status, 201);
+  const inv = await res.json();
+  assert.match(inv.link, /\/invite\/[0-9a-z]+\.[0-9A-Za-z]+$/);
+  const other = await api(w, "POST", "/invites", w.tokens.adminA, {
+    email: "x@b.test",
+    role: "tenant_admin",
+    tenantId: w.tenantB.id,
+  });
+  assert.equal(other.status, 404);
+  const doc = await (await api(w, "GET", "/openapi.json", null)).json();
+  assert.equal(doc.openapi, "3.1.0");
+  const documented = new Set<string>();
+  for (
+    const [path, ops] of Object.entries(
+      doc.paths as Record<string, Record<string, unknown>>,
+    )
+  ) {
+    for (const m of Object.keys(ops)) {
+      if (m !== "parameters") documented.add(`${m.toUpperCase()} ${path}`);
+    }
+  }
+  for (const r of w.app.routes) {
+    if (
+      r.method === "ALL" || !r.path.startsWith("/api/admin/v1/") ||
+      r.path.endsWith("openapi.json")
+    ) continue;
+    const path = r.path.slice("/api/admin/v1".length).replace(
+      /:(\w+)/g,
+      "{$1}",
+    );
+    assert.ok(
+      documented.has(`${r.method} ${path}`),
+      `undocumented: ${r.method} ${path}`,
+    );
+  }
+  w.close();
+});
