@@ -31,9 +31,10 @@ export async function verifyPassword(
   password: string,
   hash: string | null,
 ): Promise<boolean> {
-  if (hash === null) {
+  if (hash === null || password === "") {
     dummyHash ??= hashPassword(crypto.randomUUID());
-    await argon2Verify({ password, hash: await dummyHash });
+    // Same work as a real check, so timing does not reveal unknown accounts.
+    await argon2Verify({ password: password || "-", hash: await dummyHash });
     return false;
   }
   try {

@@ -1,0 +1,239 @@
+/**
+ * Authorization matrix generated from the router: every route × (platform
+ * admin, tenant A admin, tenant A viewer, anonymous) × objects of tenant B.
+ * No principal but the platform admin may read or change B's data. A route
+ * missing from COVERAGE fails the test, so new routes must be classified.
+ */
+import assert from "node:assert/strict";
+import { createApiKey } from "../store/api_keys.ts";
+import { setTenantLimits } from "../store/limits.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { createUser } from "../store/users.ts";
+import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
+
+/** How a route is reached and what it may show. */
+type Cover =
+  | { kind: "tenant-b" } // params point at tenant B's objects: must never leak or change
+  | { kind: "public" } // reachable signed out; shows no tenant data
+  | { kind: "platform-only" } // lists across tenants: only platform admins get data
+  | { kind: "own" }; // no tenant param: must only show the caller's own tenant
+
+const COVERAGE: Record<string, Cover> = {
+  // admin API
+  "GET /api/admin/v1/openapi.json": { kind: "public" },
+  "POST /api/admin/v1/tenants": { kind: "platform-only" },
+  "GET /api/admin/v1/tenants": { kind: "own" },
+  "GET /api/admin/v1/tenants/:id": { kind: "tenant-b" },
+  "PATCH /api/admin/v1/tenants/:id": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/limits": { kind: "tenant-b" },
+  "PUT /api/admin/v1/tenants/:id/limits": { kind: "tenant-b" },
+  "POST /api/admin/v1/tenants/:id/keys": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/keys": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/users": { kind: "tenant-b" },
+  "GET /api/admin/v1/keys/:id": { kind: "tenant-b" },
+  "DELETE /api/admin/v1/keys/:id": { kind: "tenant-b" },
+  "POST /api/admin/v1/invites": { kind: "tenant-b" },
+  "GET /api/admin/v1/audit": { kind: "own" },
+  // portal
+  "GET /login": { kind: "public" },
+  "POST /login": { kind: "public" },
+  "POST /logout": { kind: "public" },
+  "GET /setup": { kind: "public" },
+  "POST /setup": { kind: "public" },
+  "GET /invite/:token": { kind: "public" },
+  "POST /invite/:token": { kind: "public" },
+  "GET /": { kind: "own" },
+  "GET /tenants": { kind: "own" },
+  "POST /tenants": { kind: "platform-only" },
+  "GET /tenants/:id": { kind: "tenant-b" },
+  "POST /tenants/:id": { kind: "tenant-b" },
+  "POST /tenants/:id/keys": { kind: "tenant-b" },
+  "POST /tenants/:id/keys/:keyId/revoke": { kind: "tenant-b" },
+  "POST /tenants/:id/limits": { kind: "tenant-b" },
+  "POST /tenants/:id/invites": { kind: "tenant-b" },
+  "GET /audit": { kind: "own" },
+};
+
+interface Caller {
+  name: string;
+  headers: Record<string, string>;
+  csrf: string;
+}
+
+async function callers(w: TestWorld): Promise<Caller[]> {
+  const out: Caller[] = [];
+  for (
+    const [name, email, token] of [
+      ["tenant A admin", "a-admin@example.com", w.tokens.adminA],
+      ["tenant A viewer", "a-viewer@example.com", w.tokens.viewerA],
+    ] as const
+  ) {
+    const { cookie, csrf } = await portalLogin(w, email);
+    out.push({
+      name,
+      headers: { cookie, authorization: `Bearer ${token}` },
+      csrf,
+    });
+  }
+  out.push({ name: "anonymous", headers: {}, csrf: "" });
+  return out;
+}
+
+/** Everything of tenant B that must not leak, as strings to search for. */
+interface Secrets {
+  needles: string[];
+  snapshot: () => Promise<string>;
+}
+
+async function seedB(
+  w: TestWorld,
+): Promise<{ keyId: string; secrets: Secrets }> {
+  const b = w.tenantB;
+  const { apiKey } = await createApiKey(w.store, SYSTEM, b.id, {
+    name: "globex-prod-key",
+  });
+  await setTenantLimits(w.store, SYSTEM, b.id, { rpm: 777 });
+  await createUser(w.store, SYSTEM, {
+    email: "boss@globex.test",
+    password: w.password,
+    role: "tenant_admin",
+    tenantId: b.id,
+  });
+  const snapshot = async () => {
+    const parts: unknown[] = [];
+    for (
+      const prefix of [
+        ["tenant", b.id],
+        ["tenant_limits", b.id],
+        ["api_key", apiKey.id],
+        ["tenant_user", b.id],
+        ["tenant_api_key", b.id],
+      ]
+    ) {
+      for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
+    }
+    return JSON.stringify(parts);
+  };
+  return {
+    keyId: apiKey.id,
+    secrets: {
+      needles: [
+        "Globex",
+        "globex-prod-key",
+        "boss@globex.test",
+        b.id,
+        apiKey.id,
+        "777",
+      ],
+      snapshot,
+    },
+  };
+}
+
+function fill(path: string, tenantId: string, keyId: string): string {
+  return path.replace(":keyId", keyId).replace(":token", "x.y")
+    .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId);
+}
+
+const BODY: Record<string, unknown> = {
+  name: "pwned",
+  status: "suspended",
+  rpm: 1,
+  email: "evil@x.test",
+  role: "tenant_admin",
+  scopes: "chat",
+};
+
+Deno.test("authorization matrix: no route leaks or changes tenant B's data for A's admin, A's viewer or anonymous", async () => {
+  const w = await createWorld();
+  const { keyId, secrets } = await seedB(w);
+  const before = await secrets.snapshot();
+  const routes = w.app.routes.filter((r) =>
+    r.method !== "ALL" && !r.path.includes("*")
+  );
+  const seen = new Set<string>();
+  const missing: string[] = [];
+  for (const r of routes) {
+    const id = `${r.method} ${r.path}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    if (!COVERAGE[id]) missing.push(id);
+  }
+  assert.deepEqual(missing, [], "routes without authorization coverage");
+  const who = await callers(w);
+  let checked = 0;
+  for (const id of seen) {
+    const cover = COVERAGE[id]!;
+    const [method, path] = id.split(" ") as [string, string];
+    for (const caller of who) {
+      const url = fill(path, w.tenantB.id, keyId);
+      const isApi = url.startsWith("/api/");
+      const headers: Record<string, string> = {
+        ...caller.headers,
+        host: "localhost",
+        origin: "http://localhost",
+      };
+      let body: string | undefined;
+      if (method !== "GET") {
+        if (isApi) {
+          headers["content-type"] = "application/json";
+          body = JSON.stringify({
+            ...BODY,
+            scopes: ["chat"],
+            tenantId: w.tenantB.id,
+          });
+        } else {
+          headers["content-type"] = "application/x-www-form-urlencoded";
+          body = new URLSearchParams({
+            ...BODY as Record<string, string>,
+            tenantId: w.tenantB.id,
+            _csrf: caller.csrf,
+          }).toString();
+        }
+      }
+      const query = method === "GET" &&
+          (path.endsWith("/audit") || path.endsWith("/tenants"))
+        ? `?tenant=${w.tenantB.id}&search=glob`
+        : "";
+      const res = await w.app.request(url + query, { method, headers, body });
+      const text = await res.text();
+      checked++;
+      assert.ok(res.status < 500, `${id} as ${caller.name}: ${res.status}`);
+      for (const needle of secrets.needles) {
+        assert.ok(
+          !text.includes(needle),
+          `${id} as ${caller.name} leaked ${needle} (${res.status})`,
+        );
+      }
+      if (cover.kind === "tenant-b" || cover.kind === "platform-only") {
+        assert.ok(
+          [303, 400, 401, 403, 404].includes(res.status),
+          `${id} as ${caller.name}: status ${res.status}`,
+        );
+        if (res.status === 303) {
+          assert.match(res.headers.get("location") ?? "", /^\/login/);
+        }
+      }
+    }
+  }
+  assert.equal(await secrets.snapshot(), before, "tenant B's data changed");
+  assert.ok(checked >= seen.size * 3);
+  w.close();
+});
+
+Deno.test("authorization matrix: the platform admin does see tenant B", async () => {
+  const w = await createWorld();
+  const { keyId } = await seedB(w);
+  const h = { authorization: `Bearer ${w.tokens.platform}` };
+  for (
+    const path of [
+      `/api/admin/v1/tenants/${w.tenantB.id}`,
+      `/api/admin/v1/keys/${keyId}`,
+    ]
+  ) {
+    const res = await w.app.request(path, { headers: h });
+    assert.equal(res.status, 200);
+    assert.ok((await res.text()).includes(w.tenantB.id));
+  }
+  w.close();
+});
