@@ -32,7 +32,13 @@ export interface Fleet {
    */
   candidates(model: string): NodeView[];
   /** Every model (id, aliases) some healthy, undrained node serves. */
-  servedModels(): { id: string; aliases: string[]; kind: EngineModel["kind"]; contextLength?: number; nodeIds: string[] }[];
+  servedModels(): {
+    id: string;
+    aliases: string[];
+    kind: EngineModel["kind"];
+    contextLength?: number;
+    nodeIds: string[];
+  }[];
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**

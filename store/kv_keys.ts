@@ -51,6 +51,7 @@ export const k = {
     ["node_by_key", publicKeyThumbprint] as const,
   nodeStatus: (id: string) => ["node_status", id] as const,
   nodeStatusPrefix: () => ["node_status"] as const,
+  nodeProbe: (id: string) => ["node_probe", id] as const,
   linkTest: (a: string, b: string) => ["link_test", a, b] as const,
   linkTestPrefix: () => ["link_test"] as const,
 
@@ -77,16 +78,23 @@ export const k = {
   usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
   usageRollup: (
     granularity: "hour" | "day",
-    dimension: "tenant" | "key" | "model" | "all",
+    dimension: UsageDimension,
     subject: string,
     bucket: string,
-  ) => ["usage_rollup", granularity, dimension, subject, bucket] as const,
+    field: string,
+  ) => ["usage_rollup", granularity, dimension, subject, bucket, field] as const,
   usageRollupPrefix: (
     granularity: "hour" | "day",
-    dimension: "tenant" | "key" | "model" | "all",
+    dimension: UsageDimension,
     subject: string,
   ) => ["usage_rollup", granularity, dimension, subject] as const,
 };
+
+/**
+ * Usage rollup dimensions: subject is the tenant id, `tenantId/keyId`,
+ * `tenantId/model`, the model (across tenants), or "*" for everything.
+ */
+export type UsageDimension = "tenant" | "key" | "tenant_model" | "model" | "all";
 
 /** A KV key tuple as built by `k`. */
 export type Key = readonly Deno.KvKeyPart[];

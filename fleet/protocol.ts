@@ -1,0 +1,51 @@
+/**
+ * The wire contract between gateway and nodes: paths, JWT audiences and
+ * lifetimes, and the enrollment and heartbeat message shapes. Both sides
+ * import it, so a change is one edit.
+ */
+import type { EngineModel, EngineStats } from "../node/engine.ts";
+
+/** Where the gateway mounts the node-facing API. */
+export const NODE_API_PATH = "/api/node/v1";
+/** `iss` of gateway→node JWTs and `aud` of node→gateway JWTs. */
+export const GATEWAY_AUDIENCE = "orchard-gateway";
+/** Lifetime of every gateway↔node JWT, seconds. */
+export const NODE_JWT_TTL_SECONDS = 60;
+/** How long a signed gateway→node JWT is reused before signing a new one, ms. */
+export const NODE_JWT_REUSE_MS = 15_000;
+/** Oldest `iat` accepted on a gateway↔node JWT. */
+export const NODE_JWT_MAX_AGE = "2m";
+
+/** `POST /enroll` request. */
+export interface EnrollRequest {
+  token: string;
+  publicJwk: JsonWebKey;
+  url: string;
+  name?: string;
+  engine: "llama" | "openai";
+  models: EngineModel[];
+  probe: Record<string, unknown> | null;
+  version: string | null;
+}
+
+/** `POST /enroll` response. */
+export interface EnrollResponse {
+  nodeId: string;
+  name: string;
+  url: string;
+  gatewayJwks: { keys: JsonWebKey[] };
+}
+
+/** `POST /heartbeat` request. */
+export interface HeartbeatRequest extends EngineStats {
+  intervalMs: number;
+  memory: { totalBytes: number; freeBytes: number } | null;
+  models: EngineModel[];
+  drainState: "none" | "draining" | "drained";
+  probe?: Record<string, unknown>;
+}
+
+/** `POST /heartbeat` response. */
+export interface HeartbeatResponse {
+  drain: boolean;
+}

@@ -1,0 +1,203 @@
+/**
+ * The fleet registry: an in-memory copy of node records and heartbeat
+ * status, refreshed from KV every `refreshMs`, so `candidates()` is a
+ * synchronous scan on the gateway hot path. Health is computed from the
+ * time of the last heartbeat at each call, never by a timer that can die.
+ */
+import { signEdDSA } from "../lib/jwt.ts";
+import { log } from "../lib/log.ts";
+import type { EngineModel, EngineStats } from "../node/engine.ts";
+import { k } from "../store/kv_keys.ts";
+import {
+  getNodeRecord,
+  type NodeRecord,
+  nodeState,
+  type NodeStatus,
+} from "../store/nodes.ts";
+import type { Store } from "../store/store.ts";
+import {
+  GATEWAY_AUDIENCE,
+  NODE_JWT_REUSE_MS,
+  NODE_JWT_TTL_SECONDS,
+} from "./protocol.ts";
+import type { Fleet, NodeView } from "./types.ts";
+
+/** Options of `createFleet`. */
+export interface FleetDeps {
+  store: Store;
+  /** How often node records and status are re-read from KV (default 500 ms). */
+  refreshMs?: number;
+}
+
+/** The fleet plus what its owner needs: a forced refresh and `close()`. */
+export interface FleetRegistry extends Fleet {
+  /** Every node the registry knows, whatever its state. */
+  nodes(): NodeView[];
+  /** Re-reads KV now (tests, and after admin changes on this instance). */
+  refresh(): Promise<void>;
+  /** Stops refreshing; idempotent. */
+  close(): void;
+}
+
+const NO_STATS: EngineStats = {
+  inFlight: 0,
+  queued: 0,
+  slots: 0,
+  tokensPerSecond: 0,
+  healthy: false,
+  detail: "no heartbeat yet",
+};
+
+function load(s: EngineStats): number {
+  return (s.inFlight + s.queued) / Math.max(1, s.slots);
+}
+
+/** Creates the registry and starts refreshing it from KV. */
+export function createFleet(deps: FleetDeps): FleetRegistry {
+  const { store } = deps;
+  const refreshMs = deps.refreshMs ?? 500;
+  if (!(refreshMs > 0)) {
+    throw new RangeError(
+      `Cannot create fleet: refreshMs must be > 0: current value is ${refreshMs}`,
+    );
+  }
+  let records = new Map<string, NodeRecord>();
+  let statuses = new Map<string, NodeStatus>();
+  const jwts = new Map<string, { token: string; at: number }>();
+  let closed = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let inflight: Promise<void> | null = null;
+
+  async function readAll(): Promise<void> {
+    const r = new Map<string, NodeRecord>();
+    const s = new Map<string, NodeStatus>();
+    for await (
+      const e of store.kv.list<NodeRecord>({ prefix: k.nodePrefix() })
+    ) {
+      r.set(e.value.id, e.value);
+    }
+    const it = store.kv.list<NodeStatus>({ prefix: k.nodeStatusPrefix() });
+    for await (const e of it) s.set(String(e.key[1]), e.value);
+    records = r;
+    statuses = s;
+    for (const id of jwts.keys()) if (!r.has(id)) jwts.delete(id);
+  }
+
+  function refresh(): Promise<void> {
+    inflight ??= readAll().finally(() => inflight = null);
+    return inflight;
+  }
+
+  function tick() {
+    refresh().catch((err) =>
+      log.warn("fleet refresh failed", { error: String(err) })
+    ).finally(() => {
+      if (!closed) timer = setTimeout(tick, refreshMs);
+    });
+  }
+  tick();
+
+  function view(rec: NodeRecord, now: number): NodeView {
+    const st = statuses.get(rec.id) ?? null;
+    return {
+      id: rec.id,
+      name: rec.name,
+      url: rec.url,
+      engine: rec.engine,
+      state: nodeState(rec, st, now),
+      models: st?.models ?? rec.models,
+      stats: st?.stats ?? NO_STATS,
+      lastHeartbeatAt: st?.at ?? null,
+      enrolledAt: rec.enrolledAt,
+    };
+  }
+
+  function serving(): NodeView[] {
+    const now = Date.now();
+    const out: NodeView[] = [];
+    for (const rec of records.values()) {
+      const v = view(rec, now);
+      if (v.state === "healthy") out.push(v);
+    }
+    return out;
+  }
+
+  function matches(m: EngineModel, model: string): boolean {
+    return m.id === model || (m.aliases?.includes(model) ?? false);
+  }
+
+  async function jwtFor(nodeId: string): Promise<string> {
+    const hit = jwts.get(nodeId);
+    const now = Date.now();
+    if (hit && now - hit.at < NODE_JWT_REUSE_MS) return hit.token;
+    const token = await signEdDSA(store.secrets.gatewayPrivateKey, {}, {
+      iss: GATEWAY_AUDIENCE,
+      aud: nodeId,
+      sub: "gateway",
+      ttlSeconds: NODE_JWT_TTL_SECONDS,
+    });
+    jwts.set(nodeId, { token, at: now });
+    return token;
+  }
+
+  return {
+    candidates(model) {
+      return serving().filter((v) => v.models.some((m) => matches(m, model)))
+        .sort((a, b) => load(a.stats) - load(b.stats));
+    },
+    servedModels() {
+      const byId = new Map<
+        string,
+        ReturnType<Fleet["servedModels"]>[number]
+      >();
+      for (const v of serving()) {
+        for (const m of v.models) {
+          const got = byId.get(m.id);
+          if (got) {
+            got.nodeIds.push(v.id);
+            for (const a of m.aliases ?? []) {
+              if (!got.aliases.includes(a)) got.aliases.push(a);
+            }
+          } else {
+            byId.set(m.id, {
+              id: m.id,
+              aliases: [...(m.aliases ?? [])],
+              kind: m.kind,
+              ...(m.contextLength ? { contextLength: m.contextLength } : {}),
+              nodeIds: [v.id],
+            });
+          }
+        }
+      }
+      return [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
+    },
+    resolveModel(model) {
+      for (const v of serving()) {
+        for (const m of v.models) if (matches(m, model)) return m.id;
+      }
+      return model;
+    },
+    async fetchNode(nodeId, path, init) {
+      const rec = records.get(nodeId) ?? await getNodeRecord(store, nodeId);
+      if (!rec) {
+        throw new Error(`Cannot call node ${nodeId}: it is not enrolled`);
+      }
+      const headers = new Headers(init.headers);
+      headers.set("authorization", `Bearer ${await jwtFor(nodeId)}`);
+      return await fetch(rec.url + path, {
+        ...init,
+        headers,
+        redirect: "manual",
+      });
+    },
+    nodes() {
+      const now = Date.now();
+      return [...records.values()].map((r) => view(r, now));
+    },
+    refresh,
+    close() {
+      closed = true;
+      clearTimeout(timer);
+    },
+  };
+}

@@ -1,0 +1,371 @@
+/**
+ * Nodes: enrollment (join token consumed in the same atomic write that
+ * creates the node), heartbeat status, drain, removal and link-test
+ * results. Records are written here only; the fleet registry reads them.
+ */
+import { z } from "zod";
+import { jwkThumbprint } from "../lib/jwt.ts";
+import type { EngineModel, EngineStats } from "../node/engine.ts";
+import { addAudit } from "./audit.ts";
+import {
+  ConflictError,
+  NotFoundError,
+  ServiceError,
+  UnauthorizedError,
+} from "./errors.ts";
+import { newId } from "./ids.ts";
+import { consumeJoinToken, type JoinRejection } from "./join_tokens.ts";
+import { k } from "./kv_keys.ts";
+import { type Principal, requirePlatform } from "./principal.ts";
+import { parse } from "./schemas.ts";
+import type { Store } from "./store.ts";
+
+/** A node as stored at enrollment (admin changes only `drain`). */
+export interface NodeRecord {
+  id: string;
+  name: string;
+  url: string;
+  engine: "llama" | "openai";
+  publicJwk: JsonWebKey;
+  keyThumbprint: string;
+  drain: boolean;
+  models: EngineModel[];
+  enrolledAt: string;
+  joinTokenId: string;
+  version: string | null;
+}
+
+/** What a node reported in its last heartbeat. */
+export interface NodeStatus {
+  at: string;
+  intervalMs: number;
+  stats: EngineStats;
+  memory: { totalBytes: number; freeBytes: number } | null;
+  models: EngineModel[];
+  drainState: "none" | "draining" | "drained";
+}
+
+/** A link-test result between two nodes (`orchard.linktest/1`). */
+export interface LinkTestRecord {
+  a: string;
+  b: string;
+  at: string;
+  ok: boolean;
+  result: unknown;
+  error: string | null;
+}
+
+const MAX_VALUE_BYTES = 60 * 1024;
+const name = z.string().trim().min(1).max(100);
+const modelSchema = z.object({
+  id: z.string().min(1).max(200),
+  loaded: z.boolean(),
+  kind: z.enum(["chat", "embedding"]),
+  contextLength: z.number().int().min(0).max(1e8).optional(),
+  aliases: z.array(z.string().min(1).max(200)).max(8).optional(),
+});
+const models = z.array(modelSchema).max(256);
+const count = z.number().int().min(0).max(1e6);
+
+/** The body of `POST /api/node/v1/enroll`. */
+export const enrollSchema = z.object({
+  token: z.string().min(1).max(200),
+  publicJwk: z.object({
+    kty: z.literal("OKP"),
+    crv: z.literal("Ed25519"),
+    x: z.string().regex(/^[A-Za-z0-9_-]{43}$/, "must be an Ed25519 key"),
+  }),
+  url: z.string().min(1).max(2000),
+  name: name.optional(),
+  engine: z.enum(["llama", "openai"]),
+  models: models.default([]),
+  probe: z.record(z.string(), z.unknown()).nullable().default(null),
+  version: z.string().max(100).nullable().default(null),
+});
+
+/** The body of `POST /api/node/v1/heartbeat`. */
+export const heartbeatSchema = z.object({
+  intervalMs: z.number().int().min(50).max(600_000),
+  inFlight: count,
+  queued: count,
+  slots: count,
+  tokensPerSecond: z.number().min(0).max(1e9),
+  healthy: z.boolean(),
+  detail: z.string().max(500).optional(),
+  memory: z.object({ totalBytes: z.number().min(0), freeBytes: z.number() })
+    .nullable().default(null),
+  models,
+  drainState: z.enum(["none", "draining", "drained"]),
+  probe: z.record(z.string(), z.unknown()).optional(),
+});
+
+function sizeCheck(value: unknown, what: string): void {
+  if (JSON.stringify(value).length > MAX_VALUE_BYTES) {
+    throw new ServiceError(413, "payload_too_large", `${what} is too large`);
+  }
+}
+
+const REJECTION: Record<JoinRejection, string> = {
+  malformed: "Join token is malformed",
+  unknown: "Join token is not valid",
+  expired: "Join token has expired",
+  used: "Join token has no uses left",
+};
+
+/**
+ * Enrolls a node: consumes a join token and creates the node, its key index
+ * and its first status in one atomic write. `url` must be validated already.
+ */
+export async function enrollNode(
+  store: Store,
+  input: z.infer<typeof enrollSchema>,
+  ip: string | null = null,
+): Promise<NodeRecord> {
+  const thumb = await jwkThumbprint(input.publicJwk);
+  const op = store.kv.atomic();
+  const joined = await consumeJoinToken(store, input.token, op);
+  if (!joined.ok) throw new UnauthorizedError(REJECTION[joined.reason]);
+  const now = new Date().toISOString();
+  const node: NodeRecord = {
+    id: newId(),
+    name: input.name ?? input.url,
+    url: input.url,
+    engine: input.engine,
+    publicJwk: { kty: "OKP", crv: "Ed25519", x: input.publicJwk.x },
+    keyThumbprint: thumb,
+    drain: false,
+    models: input.models,
+    enrolledAt: now,
+    joinTokenId: joined.token.id,
+    version: input.version,
+  };
+  sizeCheck(node, "Node record");
+  if (input.probe) sizeCheck(input.probe, "Probe");
+  op.check({ key: k.nodeByKey(thumb), versionstamp: null })
+    .set(k.node(node.id), node).set(k.nodeByKey(thumb), node.id);
+  if (input.probe) op.set(k.nodeProbe(node.id), input.probe);
+  const actor: Principal = {
+    kind: "token",
+    id: `join_token:${joined.token.id}`,
+    label: "join token",
+    role: "platform_admin",
+    tenantId: null,
+    ip,
+  };
+  const { publicJwk: _j, ...after } = node;
+  addAudit(op, actor, {
+    action: "node.enroll",
+    target: { type: "node", id: node.id, label: node.name },
+    tenantId: null,
+    after,
+  });
+  const res = await op.commit();
+  if (!res.ok) {
+    const taken = await store.kv.get(k.nodeByKey(thumb));
+    throw new ConflictError(
+      taken.value
+        ? "This node key is already enrolled; restart the node without a join token"
+        : "Join token was used concurrently; try again",
+    );
+  }
+  return node;
+}
+
+/** Reads a node record, or null. */
+export async function getNodeRecord(
+  store: Store,
+  id: string,
+): Promise<NodeRecord | null> {
+  return (await store.kv.get<NodeRecord>(k.node(id))).value;
+}
+
+/**
+ * Stores a heartbeat and returns whether the node should drain. Throws 401
+ * when the node no longer exists (it was removed).
+ */
+export async function recordHeartbeat(
+  store: Store,
+  nodeId: string,
+  input: unknown,
+): Promise<{ drain: boolean }> {
+  const hb = parse(heartbeatSchema, input);
+  const status: NodeStatus = {
+    at: new Date().toISOString(),
+    intervalMs: hb.intervalMs,
+    stats: {
+      inFlight: hb.inFlight,
+      queued: hb.queued,
+      slots: hb.slots,
+      tokensPerSecond: hb.tokensPerSecond,
+      healthy: hb.healthy,
+      ...(hb.detail ? { detail: hb.detail } : {}),
+    },
+    memory: hb.memory,
+    models: hb.models,
+    drainState: hb.drainState,
+  };
+  sizeCheck(status, "Heartbeat");
+  if (hb.probe) sizeCheck(hb.probe, "Probe");
+  // The check on the node makes a removal win: no status outlives its node.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const entry = await store.kv.get<NodeRecord>(k.node(nodeId));
+    if (!entry.value) throw new UnauthorizedError("Node is not enrolled");
+    const op = store.kv.atomic().check(entry).set(k.nodeStatus(nodeId), status);
+    if (hb.probe) op.set(k.nodeProbe(nodeId), hb.probe);
+    if ((await op.commit()).ok) return { drain: entry.value.drain };
+  }
+  throw new ConflictError("Node changed concurrently; try again");
+}
+
+/** A node with its status, probe and computed state, as admins see it. */
+export interface NodeDetail extends Omit<NodeRecord, "publicJwk"> {
+  state: "healthy" | "unhealthy" | "draining" | "drained";
+  online: boolean;
+  status: NodeStatus | null;
+  probe: Record<string, unknown> | null;
+}
+
+/** Missed heartbeats after which a node is unhealthy. */
+export const MISSED_HEARTBEATS = 3;
+
+/** Whether the last heartbeat is recent (fewer than 3 intervals missed). */
+export function isOnline(status: NodeStatus | null, now = Date.now()): boolean {
+  if (!status) return false;
+  return now - Date.parse(status.at) <= status.intervalMs * MISSED_HEARTBEATS;
+}
+
+/** The lifecycle state of a node from its record and last heartbeat. */
+export function nodeState(
+  node: Pick<NodeRecord, "drain">,
+  status: NodeStatus | null,
+  now = Date.now(),
+): NodeDetail["state"] {
+  const online = isOnline(status, now);
+  if (node.drain) {
+    if (status?.drainState === "drained") return "drained";
+    return online ? "draining" : "unhealthy";
+  }
+  return online && status!.stats.healthy ? "healthy" : "unhealthy";
+}
+
+async function detail(
+  store: Store,
+  node: NodeRecord,
+  now: number,
+): Promise<NodeDetail> {
+  const [s, probe] = await store.kv.getMany<
+    [NodeStatus, Record<string, unknown>]
+  >([k.nodeStatus(node.id), k.nodeProbe(node.id)]);
+  const { publicJwk: _j, ...rest } = node;
+  return {
+    ...rest,
+    state: nodeState(node, s.value, now),
+    online: isOnline(s.value, now),
+    status: s.value,
+    probe: probe.value,
+  };
+}
+
+/** Lists every node with its state (platform admins only). */
+export async function listNodes(
+  store: Store,
+  p: Principal,
+): Promise<NodeDetail[]> {
+  requirePlatform(p);
+  const now = Date.now();
+  const out: NodeDetail[] = [];
+  for await (const e of store.kv.list<NodeRecord>({ prefix: k.nodePrefix() })) {
+    out.push(await detail(store, e.value, now));
+  }
+  return out;
+}
+
+/** One node with its state (platform admins only); 404 when missing. */
+export async function getNode(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<NodeDetail> {
+  requirePlatform(p);
+  const node = await getNodeRecord(store, id);
+  if (!node) throw new NotFoundError("Node");
+  return await detail(store, node, Date.now());
+}
+
+/** Sets or clears the drain flag (platform admins only). */
+export async function setNodeDrain(
+  store: Store,
+  p: Principal,
+  id: string,
+  drain: boolean,
+): Promise<NodeDetail> {
+  requirePlatform(p);
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const entry = await store.kv.get<NodeRecord>(k.node(id));
+    if (!entry.value) throw new NotFoundError("Node");
+    const next = { ...entry.value, drain };
+    const op = store.kv.atomic().check(entry).set(k.node(id), next);
+    addAudit(op, p, {
+      action: drain ? "node.drain" : "node.undrain",
+      target: { type: "node", id, label: next.name },
+      tenantId: null,
+      before: { drain: entry.value.drain },
+      after: { drain },
+    });
+    if ((await op.commit()).ok) return await detail(store, next, Date.now());
+  }
+  throw new ConflictError("Node changed concurrently; try again");
+}
+
+/** Removes a node and everything about it: status, probe, key index, link tests. */
+export async function removeNode(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<void> {
+  requirePlatform(p);
+  const entry = await store.kv.get<NodeRecord>(k.node(id));
+  if (!entry.value) throw new NotFoundError("Node");
+  const node = entry.value;
+  const op = store.kv.atomic().check(entry)
+    .delete(k.node(id)).delete(k.nodeStatus(id)).delete(k.nodeProbe(id))
+    .delete(k.nodeByKey(node.keyThumbprint));
+  const { publicJwk: _j, ...before } = node;
+  addAudit(op, p, {
+    action: "node.remove",
+    target: { type: "node", id, label: node.name },
+    tenantId: null,
+    before,
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("Node changed concurrently; try again");
+  }
+  // Link tests are many keys; removed after the node so none can be re-added.
+  for await (const e of store.kv.list({ prefix: k.linkTestPrefix() })) {
+    if (e.key[1] === id || e.key[2] === id) await store.kv.delete(e.key);
+  }
+}
+
+/** Stores a link-test result for the ordered pair (a, b). */
+export async function saveLinkTest(
+  store: Store,
+  rec: LinkTestRecord,
+): Promise<void> {
+  sizeCheck(rec, "Link test result");
+  const [a, b] = await store.kv.getMany([k.node(rec.a), k.node(rec.b)]);
+  if (!a.value || !b.value) return; // a node was removed meanwhile
+  await store.kv.atomic().check(a).check(b).set(k.linkTest(rec.a, rec.b), rec)
+    .commit();
+}
+
+/** Lists every link-test result (platform admins only). */
+export async function listLinkTests(
+  store: Store,
+  p: Principal,
+): Promise<LinkTestRecord[]> {
+  requirePlatform(p);
+  const out: LinkTestRecord[] = [];
+  const it = store.kv.list<LinkTestRecord>({ prefix: k.linkTestPrefix() });
+  for await (const e of it) out.push(e.value);
+  return out;
+}
