@@ -38,7 +38,9 @@ export function Layout(props: LayoutProps) {
   return (
     <div class="shell">
       <nav class="nav" aria-label="Main">
-        <a class="brand" href="/">🍏 Orchard</a>
+        <a class="brand" href="/">
+          <span class="logo" aria-hidden="true"></span>Orchard
+        </a>
         {navFor(props.principal).map(([href, label]) => (
           <a
             key={href}

@@ -102,7 +102,10 @@ export function csrfMiddleware(): MiddlewareHandler<PortalEnv> {
     }
     const origin = c.req.header("origin");
     if (origin && origin !== "null") {
-      const host = c.req.header("host");
+      const host = c.req.header("x-forwarded-host") &&
+          Deno.env.get("ORCHARD_TRUST_PROXY") === "1"
+        ? c.req.header("x-forwarded-host")
+        : new URL(c.req.url).host;
       let originHost = "";
       try {
         originHost = new URL(origin).host;
@@ -110,7 +113,8 @@ export function csrfMiddleware(): MiddlewareHandler<PortalEnv> {
       if (!host || originHost !== host) {
         throw new ForbiddenError("Cross-origin request refused");
       }
-    } else if (origin === "null") {
+    } else if (origin === "null" && site !== "same-origin") {
+      // Browsers send "null" for privacy-sensitive contexts; only Sec-Fetch-Site can vouch then.
       throw new ForbiddenError("Cross-origin request refused");
     }
     const session = c.get("session");
