@@ -1,0 +1,209 @@
+/**
+ * The node's own HTTP API, answering only its gateway: OpenAI-compatible
+ * `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
+ * `/v1/embeddings`, plus `/health` and the gateway-driven link test.
+ * Tracks requests in progress so a drain can report when it is done.
+ */
+import { Hono } from "hono";
+import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
+import { log } from "../lib/log.ts";
+import { type GatewayVerifier, requireGateway } from "./auth.ts";
+import type { Engine, OpenAIBody } from "./engine.ts";
+
+/** Drain bookkeeping shared by the server and the heartbeat. */
+export class DrainState {
+  #requested = false;
+  #active = 0;
+  #onIdle: () => void;
+
+  /** `onIdle` runs when a requested drain has no work left. */
+  constructor(onIdle: () => void = () => {}) {
+    this.#onIdle = onIdle;
+  }
+
+  /** Whether new work is refused. */
+  get requested(): boolean {
+    return this.#requested;
+  }
+
+  /** Requests in progress (streams count until they end). */
+  get active(): number {
+    return this.#active;
+  }
+
+  /** What the heartbeat reports. */
+  get state(): "none" | "draining" | "drained" {
+    if (!this.#requested) return "none";
+    return this.#active === 0 ? "drained" : "draining";
+  }
+
+  /** Sets the drain flag as the gateway says (from heartbeat responses). */
+  set(requested: boolean): void {
+    const was = this.#requested;
+    this.#requested = requested;
+    if (requested && !was && this.#active === 0) this.#onIdle();
+  }
+
+  /** Marks a request started; the returned function marks it ended (idempotent). */
+  begin(): () => void {
+    this.#active++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.#active--;
+      if (this.#requested && this.#active === 0) this.#onIdle();
+    };
+  }
+}
+
+/** The link test as the node server exposes it (from node/native). */
+export interface LinkTester {
+  /** Starts a one-shot listener; returns what the peer needs to connect. */
+  listen(body: Record<string, unknown>): Promise<unknown>;
+  /** Connects to a listener and measures; returns an `orchard.linktest/1` result. */
+  connect(body: Record<string, unknown>): Promise<unknown>;
+}
+
+/** What the node server is built from. */
+export interface NodeServerDeps {
+  engine: Engine;
+  verifier: GatewayVerifier;
+  drain: DrainState;
+  /** Largest request body accepted (default 4 MiB). */
+  maxBodyBytes?: number;
+  /** Absent when the native library is not available (then 501). */
+  linktest?: LinkTester | null;
+}
+
+/** Reads a JSON object body, enforcing the cap while reading. */
+async function readBody(req: Request, max: number): Promise<OpenAIBody> {
+  const tooLarge = () =>
+    new OpenAIError(413, "request_too_large", `Body is over ${max} bytes`);
+  if (Number(req.headers.get("content-length") ?? "0") > max) throw tooLarge();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  if (req.body) {
+    for await (const chunk of req.body) {
+      size += chunk.byteLength;
+      if (size > max) throw tooLarge();
+      chunks.push(chunk);
+    }
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new OpenAIError(400, "invalid_json", "Body is not valid JSON");
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) {
+    throw new OpenAIError(400, "invalid_request", "Body must be a JSON object");
+  }
+  return v as OpenAIBody;
+}
+
+/** Ends `done` when the response body has been sent or cancelled. */
+function track(res: Response, done: () => void): Response {
+  if (!res.body) {
+    done();
+    return res;
+  }
+  const reader = res.body.getReader();
+  const body = new ReadableStream<Uint8Array>({
+    async pull(ctl) {
+      try {
+        const { value, done: end } = await reader.read();
+        if (end) {
+          ctl.close();
+          done();
+        } else ctl.enqueue(value);
+      } catch (err) {
+        done();
+        ctl.error(err);
+      }
+    },
+    async cancel(reason) {
+      done();
+      await reader.cancel(reason);
+    },
+  });
+  return new Response(body, { status: res.status, headers: res.headers });
+}
+
+/** Builds the node's HTTP app. */
+export function createNodeApp(deps: NodeServerDeps): Hono {
+  const { engine, drain } = deps;
+  const max = deps.maxBodyBytes ?? 4 * 1024 * 1024;
+  const app = new Hono();
+  app.use("*", requireGateway(deps.verifier));
+
+  app.get("/health", (c) =>
+    c.json({
+      status: engine.stats().healthy ? "ok" : "unhealthy",
+      engine: engine.kind,
+      drain: drain.state,
+      stats: engine.stats(),
+    }));
+  app.get("/v1/models", async (c) => {
+    const created = Math.floor(Date.now() / 1000);
+    const data = (await engine.models()).map((m) => ({
+      id: m.id,
+      object: "model",
+      created,
+      owned_by: "orchard",
+    }));
+    return c.json({ object: "list", data });
+  });
+
+  const work = (
+    call: (body: OpenAIBody, signal: AbortSignal) => Promise<Response>,
+  ) =>
+    async function generate(c: { req: { raw: Request } }): Promise<Response> {
+      if (drain.requested) {
+        throw new OpenAIError(503, "node_draining", "This node is draining", {
+          headers: { "retry-after": "5" },
+        });
+      }
+      const done = drain.begin();
+      try {
+        const body = await readBody(c.req.raw, max);
+        return track(await call(body, c.req.raw.signal), done);
+      } catch (err) {
+        done();
+        throw err;
+      }
+    };
+  app.post(
+    "/v1/chat/completions",
+    work((b, s) => engine.chatCompletions(b, s)),
+  );
+  app.post("/v1/completions", work((b, s) => engine.completions(b, s)));
+  app.post("/v1/embeddings", work((b, s) => engine.embeddings(b, s)));
+
+  app.post("/orchard/linktest/:step{listen|connect}", async (c) => {
+    if (!deps.linktest) {
+      throw new OpenAIError(501, "not_supported", "Link test is unavailable");
+    }
+    const body = await readBody(c.req.raw, 64 * 1024);
+    const lt = deps.linktest;
+    return c.json(
+      c.req.param("step") === "listen"
+        ? await lt.listen(body)
+        : await lt.connect(body),
+    );
+  });
+
+  app.notFound(() => openAIErrorResponse(404, "not_found", "Not found"));
+  app.onError((err) => {
+    if (err instanceof OpenAIError) return err.toResponse();
+    log.error("node request failed", { error: String(err) });
+    return openAIErrorResponse(500, "internal_error", "The node failed");
+  });
+  return app;
+}
