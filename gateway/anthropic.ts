@@ -1,0 +1,485 @@
+/**
+ * Anthropic's Messages API on top of the OpenAI pipeline: `/v1/messages`
+ * (JSON or SSE events in Anthropic's order: message_start,
+ * content_block_start, ping, content_block_delta…, content_block_stop,
+ * message_delta with usage, message_stop) and `/v1/messages/count_tokens`.
+ * Errors on these routes use Anthropic's shape.
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+import { parseJsonObject, readBody } from "./body.ts";
+import { Exchange, type GatewayCore } from "./core.ts";
+import {
+  ChunkNormaliser,
+  malformed,
+  normaliseCompletion,
+  openAIId,
+} from "./normalise.ts";
+import { fail } from "./openai.ts";
+import { relayStream, type StreamSink } from "./stream.ts";
+import { promptSize, textBytes } from "./tokens.ts";
+import { checkModel, MAX_MESSAGES, type ParsedRequest } from "./validate.ts";
+
+const ERROR_TYPE: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  413: "request_too_large",
+  429: "rate_limit_error",
+  503: "overloaded_error",
+};
+
+function anthropicErrorBody(e: OpenAIError): string {
+  const type = ERROR_TYPE[e.status] ?? "api_error";
+  return JSON.stringify({ type: "error", error: { type, message: e.message } });
+}
+
+/** Renders an error in Anthropic's shape, keeping status and headers. */
+export function anthropicError(e: OpenAIError): Response {
+  return new Response(anthropicErrorBody(e), {
+    status: e.status,
+    headers: { "content-type": "application/json", ...e.headers },
+  });
+}
+
+const isObj = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+
+function bad(param: string, message: string): OpenAIError {
+  return new OpenAIError(400, "invalid_value", `${param}: ${message}`, {
+    param,
+  });
+}
+
+function textOf(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((
+    b,
+  ) => (isObj(b) && b.type === "text" && typeof b.text === "string"
+    ? b.text
+    : "")
+  ).join("");
+}
+
+/** Translates an Anthropic request into an OpenAI chat body (validating as it goes). */
+export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
+  const model = checkModel(body);
+  const maxTokens = body.max_tokens;
+  if (
+    !Number.isSafeInteger(maxTokens) || (maxTokens as number) < 1 ||
+    (maxTokens as number) > 10_000_000
+  ) {
+    throw bad("max_tokens", "Field required: an integer from 1");
+  }
+  const msgs = body.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) {
+    throw bad("messages", "must be a non-empty array");
+  }
+  if (msgs.length > MAX_MESSAGES) {
+    throw bad("messages", `must hold at most ${MAX_MESSAGES} items`);
+  }
+  const out: Record<string, unknown>[] = [];
+  const sys = body.system;
+  if (sys !== undefined && sys !== null) {
+    if (typeof sys !== "string" && !Array.isArray(sys)) {
+      throw bad("system", "must be a string or text blocks");
+    }
+    out.push({ role: "system", content: textOf(sys) });
+  }
+  msgs.forEach((m, i) => {
+    if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
+      throw bad(`messages.${i}.role`, "must be user or assistant");
+    }
+    const c = m.content;
+    if (typeof c === "string") return out.push({ role: m.role, content: c });
+    if (!Array.isArray(c)) {
+      throw bad(
+        `messages.${i}.content`,
+        "must be a string or an array of blocks",
+      );
+    }
+    const toolCalls: unknown[] = [];
+    const parts: unknown[] = [];
+    for (const b of c) {
+      if (!isObj(b) || typeof b.type !== "string") {
+        throw bad(
+          `messages.${i}.content`,
+          "blocks must be objects with a type",
+        );
+      }
+      if (b.type === "text") {
+        parts.push({ type: "text", text: String(b.text ?? "") });
+      } else if (b.type === "tool_use") {
+        toolCalls.push({
+          id: String(b.id ?? openAIId("toolu_")),
+          type: "function",
+          function: {
+            name: String(b.name ?? ""),
+            arguments: JSON.stringify(b.input ?? {}),
+          },
+        });
+      } else if (b.type === "tool_result") {
+        out.push({
+          role: "tool",
+          tool_call_id: String(b.tool_use_id ?? ""),
+          content: textOf(b.content),
+        });
+      } else if (
+        b.type === "image" && isObj(b.source) && b.source.type === "base64"
+      ) {
+        parts.push({
+          type: "image_url",
+          image_url: {
+            url: `data:${b.source.media_type};base64,${b.source.data}`,
+          },
+        });
+      }
+    }
+    if (parts.length > 0 || toolCalls.length > 0) {
+      const msg: Record<string, unknown> = {
+        role: m.role,
+        content: parts.every((p) => (p as { type: string }).type === "text")
+          ? parts.map((p) => (p as { text: string }).text).join("")
+          : parts,
+      };
+      if (toolCalls.length > 0) msg.tool_calls = toolCalls;
+      out.push(msg);
+    }
+  });
+  const chat: Record<string, unknown> = {
+    model,
+    messages: out,
+    max_tokens: maxTokens,
+  };
+  for (const f of ["temperature", "top_p", "top_k"]) {
+    if (body[f] !== undefined) {
+      if (typeof body[f] !== "number") throw bad(f, "must be a number");
+      chat[f] = body[f];
+    }
+  }
+  if (body.stop_sequences !== undefined) {
+    const s = body.stop_sequences;
+    if (!Array.isArray(s) || !s.every((x) => typeof x === "string")) {
+      throw bad("stop_sequences", "must be strings");
+    }
+    chat.stop = s;
+  }
+  if (Array.isArray(body.tools)) {
+    chat.tools = body.tools.filter(isObj).map((t) => ({
+      type: "function",
+      function: {
+        name: t.name,
+        description: t.description,
+        parameters: t.input_schema,
+      },
+    }));
+  }
+  const tc = body.tool_choice;
+  if (isObj(tc)) {
+    chat.tool_choice = tc.type === "any"
+      ? "required"
+      : tc.type === "tool"
+      ? { type: "function", function: { name: tc.name } }
+      : tc.type === "none"
+      ? "none"
+      : "auto";
+  }
+  if (body.stream !== undefined && typeof body.stream !== "boolean") {
+    throw bad("stream", "must be a boolean");
+  }
+  const stream = body.stream === true;
+  chat.stream = stream;
+  return {
+    endpoint: "chat",
+    model,
+    stream,
+    includeUsage: false,
+    maxTokens: maxTokens as number,
+    prompt: promptSize(
+      textBytes(out) + textBytes(chat.tools ?? null),
+      out.length,
+    ),
+    body: chat,
+  };
+}
+
+const STOP: Record<string, string> = {
+  stop: "end_turn",
+  length: "max_tokens",
+  tool_calls: "tool_use",
+};
+
+const ev = (name: string, data: unknown) =>
+  `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`;
+
+/** Renders OpenAI chunks as Anthropic stream events. */
+export class AnthropicSink implements StreamSink {
+  sawText = false;
+  #started = false;
+  #pinged = false;
+  #index = -1;
+  #open: "text" | "tool" | null = null;
+  readonly #tools = new Map<number, number>();
+  #stop = "end_turn";
+  readonly #id = openAIId("msg_");
+
+  constructor(
+    readonly norm: ChunkNormaliser,
+    readonly ex: Exchange,
+    readonly model: string,
+  ) {}
+  get reported() {
+    return this.norm.reported;
+  }
+  get counted() {
+    return this.norm.counted;
+  }
+  get chunks() {
+    return this.norm.chunks;
+  }
+
+  #start(): string {
+    if (this.#started) return "";
+    this.#started = true;
+    return ev("message_start", {
+      type: "message_start",
+      message: {
+        id: this.#id,
+        type: "message",
+        role: "assistant",
+        model: this.model,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { input_tokens: this.ex.promptEstimate, output_tokens: 0 },
+      },
+    });
+  }
+
+  #close(): string {
+    if (this.#open === null) return "";
+    this.#open = null;
+    return ev("content_block_stop", {
+      type: "content_block_stop",
+      index: this.#index,
+    });
+  }
+
+  #openBlock(kind: "text" | "tool", block: Record<string, unknown>): string {
+    let s = this.#close();
+    this.#index++;
+    this.#open = kind;
+    s += ev("content_block_start", {
+      type: "content_block_start",
+      index: this.#index,
+      content_block: block,
+    });
+    if (!this.#pinged) {
+      this.#pinged = true;
+      s += ev("ping", { type: "ping" });
+    }
+    return s;
+  }
+
+  #text(): string {
+    return this.#open === "text"
+      ? ""
+      : this.#openBlock("text", { type: "text", text: "" });
+  }
+
+  data(payload: string): string | null {
+    const before = this.norm.chunks;
+    this.norm.push(payload);
+    this.sawText = this.norm.chunks > before;
+    const o = this.norm.last;
+    this.norm.last = null;
+    let s = this.#start();
+    const choice = o && Array.isArray(o.choices)
+      ? o.choices[0] as Record<string, unknown> | undefined
+      : undefined;
+    if (!choice) return s || null;
+    const d = (choice.delta ?? {}) as Record<string, unknown>;
+    if (typeof d.content === "string" && d.content.length > 0) {
+      s += this.#text();
+      s += ev("content_block_delta", {
+        type: "content_block_delta",
+        index: this.#index,
+        delta: { type: "text_delta", text: d.content },
+      });
+    }
+    if (Array.isArray(d.tool_calls)) {
+      for (const tc of d.tool_calls as Record<string, unknown>[]) {
+        const fn = tc.function as Record<string, unknown>;
+        const idx = tc.index as number;
+        if (!this.#tools.has(idx)) {
+          s += this.#openBlock("tool", {
+            type: "tool_use",
+            id: tc.id,
+            name: fn.name,
+            input: {},
+          });
+          this.#tools.set(idx, this.#index);
+        }
+        if (typeof fn.arguments === "string" && fn.arguments.length > 0) {
+          s += ev("content_block_delta", {
+            type: "content_block_delta",
+            index: this.#tools.get(idx),
+            delta: { type: "input_json_delta", partial_json: fn.arguments },
+          });
+        }
+      }
+    }
+    if (typeof choice.finish_reason === "string") {
+      this.#stop = STOP[choice.finish_reason] ?? "end_turn";
+    }
+    return s || null;
+  }
+
+  end(): string {
+    let s = this.#start();
+    if (this.#index < 0) s += this.#text();
+    s += this.#close();
+    s += ev("message_delta", {
+      type: "message_delta",
+      delta: { stop_reason: this.#stop, stop_sequence: null },
+      usage: {
+        input_tokens: this.ex.promptTokens,
+        output_tokens: this.ex.completionTokens,
+      },
+    });
+    return s + ev("message_stop", { type: "message_stop" });
+  }
+
+  error(e: OpenAIError): string {
+    return `event: error\ndata: ${anthropicErrorBody(e)}\n\n`;
+  }
+
+  ping(): string {
+    return this.#start() +
+      (this.#pinged ? ev("ping", { type: "ping" }) : this.#text());
+  }
+}
+
+/** Converts a non-stream chat completion into an Anthropic message. */
+function toMessage(
+  o: Record<string, unknown>,
+  ex: Exchange,
+  model: string,
+): Record<string, unknown> {
+  const choice = (o.choices as Record<string, unknown>[])[0] ?? {};
+  const msg = (choice.message ?? {}) as Record<string, unknown>;
+  const content: unknown[] = [];
+  if (typeof msg.content === "string" && msg.content.length > 0) {
+    content.push({ type: "text", text: msg.content });
+  }
+  for (
+    const tc of (Array.isArray(msg.tool_calls) ? msg.tool_calls : []) as Record<
+      string,
+      unknown
+    >[]
+  ) {
+    const fn = tc.function as Record<string, unknown>;
+    let input: unknown = {};
+    try {
+      input = JSON.parse(String(fn.arguments || "{}"));
+    } catch { /* keep {} */ }
+    content.push({ type: "tool_use", id: tc.id, name: fn.name, input });
+  }
+  if (content.length === 0) content.push({ type: "text", text: "" });
+  return {
+    id: openAIId("msg_"),
+    type: "message",
+    role: "assistant",
+    model,
+    content,
+    stop_reason: STOP[String(choice.finish_reason)] ?? "end_turn",
+    stop_sequence: null,
+    usage: {
+      input_tokens: ex.promptTokens,
+      output_tokens: ex.completionTokens,
+    },
+  };
+}
+
+/** `POST /v1/messages`. */
+export async function messages(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, "messages");
+  try {
+    const ctx = await core.authenticate(req, "chat");
+    const p = toOpenAI(
+      parseJsonObject(await readBody(req, core.deps.config.maxBodyBytes)),
+    );
+    const m = core.resolveModel(ctx, p.model, "chat");
+    ex.model = m.id;
+    const cap = await ex.admit(ctx, p, m.contextLength);
+    p.body.max_tokens = cap;
+    p.body.model = m.id;
+    if (p.stream) p.body.stream_options = { include_usage: true };
+    const up = await core.upstream.call(
+      m.id,
+      "/v1/chat/completions",
+      JSON.stringify(p.body),
+      p.stream,
+      req.signal,
+      requestId,
+    );
+    ex.nodeId = up.lease.node.id;
+    const headers = {
+      ...ex.headers,
+      "x-request-id": requestId,
+      "request-id": requestId,
+    };
+    if (up.kind === "stream") {
+      return relayStream(
+        ex,
+        up,
+        new AnthropicSink(new ChunkNormaliser("chat", m.id), ex, p.model),
+        headers,
+      );
+    }
+    up.close();
+    if (p.stream) throw malformed("stream (not text/event-stream)");
+    const r = normaliseCompletion(up.json, "chat", m.id);
+    ex.firstToken();
+    ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
+    await ex.settle();
+    ex.finish();
+    return new Response(JSON.stringify(toMessage(up.json, ex, p.model)), {
+      headers: { "content-type": "application/json", ...headers },
+    });
+  } catch (e) {
+    return fail(ex, e, anthropicError);
+  }
+}
+
+/** `POST /v1/messages/count_tokens`: an estimate of the prompt's tokens. */
+export async function countTokens(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, "messages");
+  try {
+    const ctx = await core.authenticate(req, "chat");
+    const body = parseJsonObject(
+      await readBody(req, core.deps.config.maxBodyBytes),
+    );
+    body.max_tokens ??= 1;
+    const p = toOpenAI(body);
+    core.resolveModel(ctx, p.model, "chat");
+    return new Response(JSON.stringify({ input_tokens: p.prompt.estimate }), {
+      headers: {
+        "content-type": "application/json",
+        "x-request-id": requestId,
+        "request-id": requestId,
+      },
+    });
+  } catch (e) {
+    return fail(ex, e, anthropicError);
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * API key authentication with a short cache: a verified key, its tenant and
+ * its precomputed limit plan are reused for at most `ttlMs` (default 1 s), so
+ * revocation, expiry, suspension and limit changes take effect within it.
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";
+import { getTenantLimitsRaw } from "../store/limits.ts";
+import { type LimitPlan, limitPlan } from "../store/quota.ts";
+import type { Scope } from "../store/schemas.ts";
+import type { Store } from "../store/store.ts";
+import { getTenantRaw, type Tenant } from "../store/tenants.ts";
+
+/** Who is calling, with everything the hot path needs precomputed. */
+export interface AuthContext {
+  key: ApiKey;
+  tenant: Tenant;
+  plan: LimitPlan;
+  /** The key's model allow-list as a set; null = every model. */
+  models: Set<string> | null;
+}
+
+type Entry = { at: number; value: Promise<AuthContext | OpenAIError> };
+
+/** Extracts the presented key: `Authorization: Bearer …` or `x-api-key`. */
+export function presentedKey(headers: Headers): string | null {
+  const auth = headers.get("authorization");
+  if (auth) {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    return m ? m[1]! : null;
+  }
+  return headers.get("x-api-key");
+}
+
+const invalidKey = (why = "Incorrect API key provided") =>
+  new OpenAIError(401, "invalid_api_key", why, {
+    type: "authentication_error",
+  });
+
+/** Verifies keys with a cache bounded in time (≤ ttlMs) and size. */
+export class KeyCache {
+  readonly #store: Store;
+  readonly #ttlMs: number;
+  readonly #max: number;
+  readonly #map = new Map<string, Entry>();
+
+  constructor(
+    store: Store,
+    opts: { ttlMs?: number; maxEntries?: number } = {},
+  ) {
+    this.#store = store;
+    this.#ttlMs = Math.min(opts.ttlMs ?? 1000, 1000);
+    this.#max = opts.maxEntries ?? 50_000;
+  }
+
+  /** Resolves a presented key to its context; throws OpenAIError 401/403 or (KV down) lets the error through. */
+  async authenticate(raw: string | null): Promise<AuthContext> {
+    if (!raw) {
+      throw invalidKey(
+        "You didn't provide an API key. Provide it as a Bearer token in the Authorization header or in x-api-key",
+      );
+    }
+    if (!parseApiKey(raw)) throw invalidKey(); // checksum: no KV read, no cache entry
+    const now = Date.now();
+    let e = this.#map.get(raw);
+    if (!e || now - e.at >= this.#ttlMs) {
+      if (this.#map.size >= this.#max) this.#evict(now);
+      e = { at: now, value: this.#load(raw, now) };
+      this.#map.set(raw, e);
+      e.value.catch(() => this.#map.delete(raw)); // KV failures are not cached
+    }
+    const v = await e.value;
+    if (v instanceof OpenAIError) throw v;
+    if (v.key.expiresAt && Date.parse(v.key.expiresAt) <= Date.now()) {
+      throw invalidKey("This API key has expired");
+    }
+    return v;
+  }
+
+  /** Forgets every cached entry. */
+  clear(): void {
+    this.#map.clear();
+  }
+
+  #evict(now: number): void {
+    for (const [k, e] of this.#map) {
+      if (now - e.at >= this.#ttlMs) this.#map.delete(k);
+    }
+    if (this.#map.size >= this.#max) this.#map.clear();
+  }
+
+  async #load(raw: string, now: number): Promise<AuthContext | OpenAIError> {
+    const r = await verifyApiKey(this.#store, raw, now);
+    if (!r.ok) {
+      return invalidKey(
+        r.reason === "revoked"
+          ? "This API key has been revoked"
+          : r.reason === "expired"
+          ? "This API key has expired"
+          : "Incorrect API key provided",
+      );
+    }
+    const key = r.key;
+    const [tenant, limits] = await Promise.all([
+      getTenantRaw(this.#store, key.tenantId),
+      getTenantLimitsRaw(this.#store, key.tenantId),
+    ]);
+    if (!tenant) return invalidKey();
+    if (tenant.status !== "active") {
+      return new OpenAIError(
+        403,
+        "account_suspended",
+        "This organization is suspended",
+        {
+          type: "permission_error",
+        },
+      );
+    }
+    return {
+      key,
+      tenant,
+      plan: limitPlan(tenant.id, key.id, limits, key.limits),
+      models: key.models ? new Set(key.models) : null,
+    };
+  }
+}
+
+/** Throws 403 unless the key holds `scope`. */
+export function requireScope(ctx: AuthContext, scope: Scope): void {
+  if (!ctx.key.scopes.includes(scope)) {
+    throw new OpenAIError(
+      403,
+      "insufficient_scope",
+      `This API key lacks the "${scope}" scope`,
+      { type: "permission_error" },
+    );
+  }
+}
+
+/** Whether the key may use `model` (its id or the alias the client named). */
+export function modelAllowed(
+  ctx: AuthContext,
+  id: string,
+  named: string,
+): boolean {
+  return !ctx.models || ctx.models.has(id) || ctx.models.has(named);
+}

@@ -1,0 +1,103 @@
+/**
+ * Request bodies: the size cap is enforced while reading (never buffering
+ * more than the cap), and JSON nesting is bounded before parsing.
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+
+/** The deepest JSON nesting accepted. */
+export const MAX_JSON_DEPTH = 64;
+
+/** Reads a request body, failing with 413 as soon as it passes `maxBytes`. */
+export async function readBody(
+  req: Request,
+  maxBytes: number,
+): Promise<Uint8Array> {
+  const declared = Number(req.headers.get("content-length") ?? "NaN");
+  if (declared > maxBytes) throw tooLarge(maxBytes);
+  if (!req.body) return new Uint8Array();
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > maxBytes) {
+        reader.cancel().catch(() => {});
+        throw tooLarge(maxBytes);
+      }
+      chunks.push(value);
+    }
+  } catch (e) {
+    if (e instanceof OpenAIError) throw e;
+    throw new OpenAIError(400, "invalid_body", "Cannot read the request body");
+  }
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(size);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  return out;
+}
+
+function tooLarge(maxBytes: number): OpenAIError {
+  return new OpenAIError(
+    413,
+    "request_too_large",
+    `The request body is larger than the limit of ${maxBytes} bytes`,
+  );
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Parses a JSON object body; 400 for invalid UTF-8/JSON, non-objects or nesting past MAX_JSON_DEPTH. */
+export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
+  let text: string;
+  try {
+    text = decoder.decode(bytes);
+  } catch {
+    throw invalid("The request body is not valid UTF-8");
+  }
+  if (jsonDepth(text) > MAX_JSON_DEPTH) {
+    throw invalid(
+      `The request body nests deeper than ${MAX_JSON_DEPTH} levels`,
+    );
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw invalid(
+      "We could not parse the JSON body of your request. The OpenAI API expects a JSON payload",
+    );
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw invalid("The request body must be a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+/** The maximum bracket nesting of a JSON text (strings skipped). */
+export function jsonDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i++; // backslash
+      else if (c === 34) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 || c === 91) {
+      if (++depth > max) max = depth;
+    } else if (c === 125 || c === 93) depth--;
+  }
+  return max;
+}
+
+function invalid(message: string): OpenAIError {
+  return new OpenAIError(400, "invalid_json", message);
+}

@@ -1,0 +1,291 @@
+/**
+ * The gateway's shared state and the lifecycle of one request (`Exchange`):
+ * authenticate, resolve the model, admit against limits, and on the way out
+ * settle the reservation, meter usage and count metrics exactly once.
+ */
+import type { Fleet } from "../fleet/types.ts";
+import { OpenAIError } from "../lib/openai_errors.ts";
+import type { AppDeps } from "../app.ts";
+import {
+  type Admission,
+  Admitter,
+  QuotaUnavailableError,
+  type Reservation,
+  settle,
+} from "../store/quota.ts";
+import type { Scope } from "../store/schemas.ts";
+import { newId } from "../store/ids.ts";
+import type { UsageRecord } from "../store/usage.ts";
+import {
+  type AuthContext,
+  KeyCache,
+  modelAllowed,
+  presentedKey,
+  requireScope,
+} from "./auth.ts";
+import { createLogger, type Logger } from "./logger.ts";
+import { UsageWriter } from "./metering.ts";
+import { GatewayMetrics } from "./metrics.ts";
+import { NodeRouter, type RouterOptions } from "./router.ts";
+import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
+import type { ParsedRequest } from "./validate.ts";
+import { quotaHeaders, rejectionError } from "./ratelimit_headers.ts";
+
+/** Tunables of the gateway (tests shorten timeouts). */
+export interface GatewayOptions {
+  proxy?: Partial<ProxyOptions>;
+  router?: RouterOptions;
+  /** Key verification cache lifetime, ≤ 1000 ms. */
+  keyCacheTtlMs?: number;
+  logger?: Logger;
+  /** Completion cap reserved when neither the client nor the model gives one. */
+  defaultMaxTokens?: number;
+  /** Extra time past the total timeout before a held reservation counts as crashed. */
+  reservationGraceMs?: number;
+}
+
+/** Everything the handlers share. */
+export class GatewayCore {
+  readonly keys: KeyCache;
+  readonly admitter: Admitter;
+  readonly router: NodeRouter;
+  readonly upstream: Upstream;
+  readonly metrics = new GatewayMetrics();
+  readonly usage: UsageWriter;
+  readonly log: Logger;
+  readonly proxy: ProxyOptions;
+  readonly defaultMaxTokens: number;
+  readonly reservationTtlMs: number;
+  readonly #pending = new Set<Promise<unknown>>();
+
+  constructor(
+    readonly deps: AppDeps & { fleet: Fleet },
+    opts: GatewayOptions = {},
+  ) {
+    this.log = opts.logger ?? createLogger();
+    this.proxy = { ...DEFAULT_PROXY, ...opts.proxy };
+    this.keys = new KeyCache(deps.store, { ttlMs: opts.keyCacheTtlMs });
+    this.admitter = new Admitter(deps.store);
+    this.router = new NodeRouter(deps.fleet, opts.router);
+    this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
+    this.usage = new UsageWriter(deps.store, this.log);
+    this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
+    this.reservationTtlMs = this.proxy.totalTimeoutMs +
+      (opts.reservationGraceMs ?? 60_000) +
+      (opts.router?.queueTimeoutMs ?? 10_000);
+  }
+
+  get fleet(): Fleet {
+    return this.deps.fleet;
+  }
+
+  /** Tracks background work so `close()` can wait for it. */
+  track(p: Promise<unknown>): void {
+    this.#pending.add(p);
+    p.finally(() => this.#pending.delete(p)).catch(() => {});
+  }
+
+  /** Waits for settlements and usage writes in progress. */
+  async idle(): Promise<void> {
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+    await this.usage.flush();
+  }
+
+  /** Authenticates a request's key (401/403; 503 when KV is unreachable). */
+  async authenticate(req: Request, scope: Scope | null): Promise<AuthContext> {
+    let ctx: AuthContext;
+    try {
+      ctx = await this.keys.authenticate(presentedKey(req.headers));
+    } catch (e) {
+      if (e instanceof OpenAIError) throw e;
+      throw storeDown(e);
+    }
+    if (scope) requireScope(ctx, scope);
+    return ctx;
+  }
+
+  /** Resolves a model name for a key: its id and context length; 404 when unknown or not allowed. */
+  resolveModel(
+    ctx: AuthContext,
+    named: string,
+    kind: "chat" | "embedding",
+  ): { id: string; contextLength: number | null } {
+    const id = this.fleet.resolveModel(named);
+    const served = this.fleet.servedModels().find((m) => m.id === id);
+    if (
+      !served || !modelAllowed(ctx, id, named) ||
+      (kind === "embedding") !== (served.kind === "embedding")
+    ) {
+      throw new OpenAIError(
+        404,
+        "model_not_found",
+        `The model \`${
+          named.slice(0, 256)
+        }\` does not exist or you do not have access to it.`,
+        { param: "model", type: "invalid_request_error" },
+      );
+    }
+    return { id, contextLength: served.contextLength ?? null };
+  }
+}
+
+/** 503 for an unreachable store: fail closed. */
+export function storeDown(cause: unknown): OpenAIError {
+  const e = new OpenAIError(
+    503,
+    "service_unavailable",
+    "The gateway cannot reach its store; retry shortly",
+    {
+      type: "server_error",
+      headers: { "retry-after": "1" },
+    },
+  );
+  e.cause = cause;
+  return e;
+}
+
+/** One request's lifecycle and meter. */
+export class Exchange {
+  readonly t0 = performance.now();
+  readonly startedAt = Date.now();
+  ctx: AuthContext | null = null;
+  model = "";
+  nodeId: string | null = null;
+  reservation: Reservation | null = null;
+  /** The prompt's upper bound; billed prompt tokens never exceed it. */
+  promptUpper = 0;
+  promptEstimate = 0;
+  /** Completion tokens may not be billed past this. */
+  completionCap = 0;
+  promptTokens = 0;
+  completionTokens = 0;
+  ttftMs: number | null = null;
+  status = 200;
+  outcome: UsageRecord["outcome"] = "ok";
+  headers: Record<string, string> = {};
+  #done = false;
+
+  constructor(
+    readonly core: GatewayCore,
+    readonly requestId: string,
+    readonly endpoint: UsageRecord["endpoint"],
+  ) {}
+
+  /** Admits the request against every limit (429 or 503 when refused), setting rate-limit headers. */
+  async admit(
+    ctx: AuthContext,
+    p: ParsedRequest,
+    contextLength: number | null,
+  ): Promise<number> {
+    this.ctx = ctx;
+    this.promptUpper = p.prompt.upper;
+    this.promptEstimate = p.prompt.estimate;
+    const cap = p.endpoint === "embeddings"
+      ? 0
+      : p.maxTokens ?? contextLength ?? this.core.defaultMaxTokens;
+    const worst = p.prompt.upper + cap;
+    let a: Admission;
+    try {
+      a = await this.core.admitter.admit({
+        plan: ctx.plan,
+        tokens: worst,
+        minTokens: p.maxTokens !== null || cap === 0
+          ? worst
+          : p.prompt.upper + 1,
+        reclaimTokens: p.prompt.estimate,
+        ttlMs: this.core.reservationTtlMs,
+      });
+    } catch (e) {
+      if (e instanceof QuotaUnavailableError) throw storeDown(e);
+      throw e;
+    }
+    this.headers = quotaHeaders(a.view);
+    if (!a.ok) throw rejectionError(a, this.headers);
+    this.reservation = a.reservation;
+    const granted = a.reservation?.tokens ?? worst;
+    this.completionCap = Math.max(0, granted - p.prompt.upper);
+    return this.completionCap;
+  }
+
+  /** Records the first token's time (once). */
+  firstToken(): void {
+    this.ttftMs ??= Math.round(performance.now() - this.t0);
+  }
+
+  /** Sets billed usage from the node's report (may be null) and what was counted. */
+  bill(
+    reported: { prompt: number; completion: number } | null,
+    counted: number,
+    countedChunks: number,
+  ): void {
+    const promptCap = this.promptUpper;
+    this.promptTokens = reported
+      ? Math.min(reported.prompt, promptCap)
+      : Math.min(this.promptEstimate, promptCap);
+    const completion = reported
+      ? Math.min(reported.completion, counted)
+      : countedChunks;
+    this.completionTokens = Math.max(
+      0,
+      Math.min(completion, this.completionCap),
+    );
+  }
+
+  /** Settles the reservation to the billed usage; resolves when settled (never throws). */
+  async settle(): Promise<void> {
+    const r = this.reservation;
+    if (!r) return;
+    this.reservation = null;
+    const p = settle(
+      this.core.deps.store,
+      r,
+      this.promptTokens + this.completionTokens,
+    ).catch((e) =>
+      this.core.log.log(
+        "warn",
+        "settlement failed; the reservation will be reclaimed",
+        {
+          requestId: this.requestId,
+          error: String(e),
+        },
+      )
+    );
+    this.core.track(p);
+    await p;
+  }
+
+  /** Ends the exchange: settles (if not yet), meters and counts. Idempotent. */
+  finish(): void {
+    if (this.#done) return;
+    this.#done = true;
+    if (this.reservation) void this.settle();
+    const latencyMs = Math.round(performance.now() - this.t0);
+    const ctx = this.ctx;
+    this.core.metrics.request(
+      this.endpoint,
+      this.model || "-",
+      this.status,
+      this.promptTokens,
+      this.completionTokens,
+      latencyMs,
+      this.ttftMs,
+    );
+    if (!ctx || !this.model) return;
+    this.core.usage.add({
+      id: newId(),
+      at: new Date(this.startedAt).toISOString(),
+      requestId: this.requestId,
+      tenantId: ctx.tenant.id,
+      keyId: ctx.key.id,
+      model: this.model,
+      nodeId: this.nodeId,
+      endpoint: this.endpoint,
+      promptTokens: this.promptTokens,
+      completionTokens: this.completionTokens,
+      latencyMs,
+      ttftMs: this.ttftMs,
+      status: this.status,
+      outcome: this.outcome,
+    });
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * The gateway: OpenAI-compatible `/v1/*` (and Anthropic's `/v1/messages`)
+ * plus Prometheus `/metrics`, as a Hono app the composition root mounts at
+ * "/". Every response carries `x-request-id`.
+ */
+import { Hono } from "hono";
+import type { AppDeps } from "../app.ts";
+import type { Fleet } from "../fleet/types.ts";
+import { OpenAIError } from "../lib/openai_errors.ts";
+import { countTokens, messages } from "./anthropic.ts";
+import { GatewayCore, type GatewayOptions } from "./core.ts";
+import { metricsAllowed } from "./metrics_route.ts";
+import { completions, embeddings, models } from "./openai.ts";
+
+export type { GatewayOptions } from "./core.ts";
+
+/** A gateway instance: its app, plus hooks for tests and shutdown. */
+export interface Gateway {
+  app: Hono;
+  core: GatewayCore;
+  /** Resolves once settlements and usage writes in progress are done. */
+  idle(): Promise<void>;
+}
+
+type Env = { Variables: { requestId: string } };
+
+let counter = 0;
+const PREFIX = crypto.randomUUID().slice(0, 8);
+/** A unique request id (`req_<instance>_<seq>_<time>`), cheap to make. */
+function requestId(): string {
+  return `req_${PREFIX}${(counter++).toString(36)}${Date.now().toString(36)}`;
+}
+
+function clientIp(env: unknown): string | null {
+  return (env as { remoteAddr?: Deno.NetAddr } | undefined)?.remoteAddr
+    ?.hostname ?? null;
+}
+
+/** Builds the gateway with its shared state. */
+export function createGateway(
+  deps: AppDeps & { fleet: Fleet },
+  opts: GatewayOptions = {},
+): Gateway {
+  const core = new GatewayCore(deps, opts);
+  const app = new Hono<Env>();
+  app.use("*", async function requestIdHeader(c, next) {
+    c.set("requestId", requestId());
+    await next();
+    if (!c.res.headers.has("x-request-id")) {
+      c.res.headers.set("x-request-id", c.get("requestId"));
+    }
+  });
+  app.get(
+    "/v1/models",
+    (c) => models(core, c.req.raw, c.get("requestId"), null),
+  );
+  app.get(
+    "/v1/models/:id{.+}",
+    (c) => models(core, c.req.raw, c.get("requestId"), c.req.param("id")),
+  );
+  app.post(
+    "/v1/chat/completions",
+    (c) => completions(core, c.req.raw, c.get("requestId"), "chat"),
+  );
+  app.post(
+    "/v1/completions",
+    (c) => completions(core, c.req.raw, c.get("requestId"), "completions"),
+  );
+  app.post(
+    "/v1/embeddings",
+    (c) => embeddings(core, c.req.raw, c.get("requestId")),
+  );
+  app.post(
+    "/v1/messages",
+    (c) => messages(core, c.req.raw, c.get("requestId")),
+  );
+  app.post(
+    "/v1/messages/count_tokens",
+    (c) => countTokens(core, c.req.raw, c.get("requestId")),
+  );
+  app.all(
+    "/v1/*",
+    (c) =>
+      new OpenAIError(
+        404,
+        "unknown_url",
+        `Unknown request URL: ${c.req.method} ${
+          new URL(c.req.url).pathname.slice(0, 200)
+        }`,
+      )
+        .toResponse(),
+  );
+  app.get("/metrics", async (c) => {
+    if (
+      !(await metricsAllowed(
+        deps.store,
+        c.req.raw,
+        clientIp(c.env),
+        deps.config.metricsAllow,
+      ))
+    ) {
+      return c.text("Forbidden\n", 403);
+    }
+    const body = core.metrics.render(
+      deps.fleet,
+      (id) => core.router.inFlight(id),
+      core.router.queued,
+    );
+    return c.body(body, 200, {
+      "content-type": "text/plain; version=0.0.4; charset=utf-8",
+    });
+  });
+  app.onError((e, c) => {
+    core.log.log("error", "unhandled gateway error", {
+      requestId: c.get("requestId"),
+      error: String(e),
+    });
+    return new OpenAIError(
+      500,
+      "internal_error",
+      "The gateway failed to handle the request",
+      { type: "server_error" },
+    )
+      .toResponse({ "x-request-id": c.get("requestId") ?? "" });
+  });
+  return { app: app as unknown as Hono, core, idle: () => core.idle() };
+}
+
+/** The gateway's Hono app (routes `/v1/*` and `/metrics`), mounted at the root. */
+export function createGatewayApp(
+  deps: AppDeps & { fleet: Fleet },
+  opts: GatewayOptions = {},
+): Hono {
+  return createGateway(deps, opts).app;
+}

@@ -1,0 +1,284 @@
+/**
+ * The OpenAI endpoints: chat completions, completions, embeddings (float
+ * and base64) and models. Each handler authenticates, validates, resolves
+ * the model, admits against limits, then relays to a node.
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+import { parseJsonObject, readBody } from "./body.ts";
+import { Exchange, type GatewayCore } from "./core.ts";
+import {
+  ChunkNormaliser,
+  malformed,
+  normaliseCompletion,
+  readUsage,
+} from "./normalise.ts";
+import { relayStream, type StreamSink } from "./stream.ts";
+import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
+import { modelAllowed } from "./auth.ts";
+
+/** Relays OpenAI chunks, stripping the node's usage chunk unless asked for. */
+export class OpenAISink implements StreamSink {
+  sawText = false;
+  constructor(
+    readonly norm: ChunkNormaliser,
+    readonly ex: Exchange,
+    readonly includeUsage: boolean,
+  ) {}
+  get reported() {
+    return this.norm.reported;
+  }
+  get counted() {
+    return this.norm.counted;
+  }
+  get chunks() {
+    return this.norm.chunks;
+  }
+  data(payload: string): string | null {
+    const before = this.norm.chunks;
+    const out = this.norm.push(payload);
+    this.sawText = this.norm.chunks > before;
+    return out === null ? null : `data: ${out}\n\n`;
+  }
+  end(): string {
+    const usage = this.includeUsage
+      ? `data: ${
+        this.norm.usageChunk(this.ex.promptTokens, this.ex.completionTokens)
+      }\n\n`
+      : "";
+    return `${usage}data: [DONE]\n\n`;
+  }
+  error(e: OpenAIError): string {
+    return e.toSSE();
+  }
+  ping(): string {
+    return ": ping\n\n";
+  }
+}
+
+/** Turns any failure into the client's error response, settling and metering first. */
+export async function fail(
+  ex: Exchange,
+  e: unknown,
+  render?: (e: OpenAIError) => Response,
+): Promise<Response> {
+  let err: OpenAIError;
+  if (e instanceof OpenAIError) err = e;
+  else if (e instanceof DOMException && e.name === "AbortError") {
+    err = new OpenAIError(
+      499,
+      "client_closed_request",
+      "The client closed the request",
+    );
+  } else {
+    ex.core.log.log("error", "request failed", {
+      requestId: ex.requestId,
+      error: String(e),
+    });
+    err = new OpenAIError(
+      500,
+      "internal_error",
+      "The gateway failed to handle the request",
+      { type: "server_error" },
+    );
+  }
+  ex.status = err.status;
+  ex.outcome = err.status === 499 ? "cancelled" : "error";
+  if (!ex.nodeId) ex.core.metrics.rejected(err.code ?? err.type, err.status);
+  await ex.settle();
+  ex.finish();
+  const res = render ? render(err) : err.toResponse();
+  for (const [k, v] of Object.entries(ex.headers)) {
+    if (!res.headers.has(k)) res.headers.set(k, v);
+  }
+  res.headers.set("x-request-id", ex.requestId);
+  return res;
+}
+
+function json(ex: Exchange, body: unknown): Response {
+  return new Response(JSON.stringify(body), {
+    status: 200,
+    headers: {
+      "content-type": "application/json",
+      ...ex.headers,
+      "x-request-id": ex.requestId,
+    },
+  });
+}
+
+/** `POST /v1/chat/completions` and `POST /v1/completions`. */
+export async function completions(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+  kind: "chat" | "completions",
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, kind);
+  try {
+    const ctx = await core.authenticate(req, "chat");
+    const body = parseJsonObject(
+      await readBody(req, core.deps.config.maxBodyBytes),
+    );
+    const p = kind === "chat" ? parseChat(body) : parseCompletion(body);
+    const m = core.resolveModel(ctx, p.model, "chat");
+    ex.model = m.id;
+    const cap = await ex.admit(ctx, p, m.contextLength);
+    const unclamped = p.maxTokens ?? m.contextLength;
+    if (unclamped === null || cap < unclamped) body.max_tokens = cap;
+    body.model = m.id;
+    if (p.stream) body.stream_options = { include_usage: true };
+    const path = kind === "chat" ? "/v1/chat/completions" : "/v1/completions";
+    const up = await core.upstream.call(
+      m.id,
+      path,
+      JSON.stringify(body),
+      p.stream,
+      req.signal,
+      requestId,
+    );
+    ex.nodeId = up.lease.node.id;
+    if (up.kind === "stream") {
+      const sink = new OpenAISink(
+        new ChunkNormaliser(kind, m.id),
+        ex,
+        p.includeUsage,
+      );
+      return relayStream(ex, up, sink, {
+        ...ex.headers,
+        "x-request-id": requestId,
+      });
+    }
+    up.close();
+    if (p.stream) throw malformed("stream (not text/event-stream)");
+    const r = normaliseCompletion(up.json, kind, m.id);
+    ex.firstToken();
+    ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
+    up.json.usage = usage(ex);
+    await ex.settle();
+    ex.finish();
+    return json(ex, up.json);
+  } catch (e) {
+    return fail(ex, e);
+  }
+}
+
+function usage(ex: Exchange) {
+  return {
+    prompt_tokens: ex.promptTokens,
+    completion_tokens: ex.completionTokens,
+    total_tokens: ex.promptTokens + ex.completionTokens,
+  };
+}
+
+/** Encodes floats as base64 of little-endian float32, as OpenAI does. */
+export function floatsToBase64(v: number[]): string {
+  const f = new Float32Array(v);
+  const bytes = new Uint8Array(f.buffer);
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(s);
+}
+
+/** `POST /v1/embeddings`. */
+export async function embeddings(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, "embeddings");
+  try {
+    const ctx = await core.authenticate(req, "embeddings");
+    const body = parseJsonObject(
+      await readBody(req, core.deps.config.maxBodyBytes),
+    );
+    const p = parseEmbeddings(body);
+    const m = core.resolveModel(ctx, p.model, "embedding");
+    ex.model = m.id;
+    await ex.admit(ctx, p, null);
+    body.model = m.id;
+    const up = await core.upstream.call(
+      m.id,
+      "/v1/embeddings",
+      JSON.stringify(body),
+      false,
+      req.signal,
+      requestId,
+    );
+    ex.nodeId = up.lease.node.id;
+    up.close();
+    if (up.kind !== "json") throw malformed("embeddings response");
+    const data = up.json.data;
+    if (!Array.isArray(data) || data.length !== p.inputs) {
+      throw malformed("embeddings response");
+    }
+    const out = data.map((d, i) => {
+      const e = (d as { embedding?: unknown })?.embedding;
+      if (
+        !Array.isArray(e) ||
+        !e.every((x) => typeof x === "number" && Number.isFinite(x))
+      ) {
+        throw malformed("embedding");
+      }
+      return {
+        object: "embedding",
+        index: i,
+        embedding: p.encoding === "base64" ? floatsToBase64(e) : e,
+      };
+    });
+    ex.firstToken();
+    ex.bill(
+      readUsage({ completion_tokens: 0, ...(up.json.usage as object) }),
+      0,
+      0,
+    );
+    ex.completionTokens = 0;
+    await ex.settle();
+    ex.finish();
+    const u = { prompt_tokens: ex.promptTokens, total_tokens: ex.promptTokens };
+    return json(ex, { object: "list", data: out, model: m.id, usage: u });
+  } catch (e) {
+    return fail(ex, e);
+  }
+}
+
+const STARTED = Math.floor(Date.now() / 1000);
+
+/** `GET /v1/models` and `GET /v1/models/{id}`: models the key may use and a healthy node serves. */
+export async function models(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+  id: string | null,
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, "chat");
+  try {
+    const ctx = await core.authenticate(req, "models");
+    const list = core.fleet.servedModels().filter((m) =>
+      modelAllowed(ctx, m.id, m.id) ||
+      m.aliases.some((a) => modelAllowed(ctx, m.id, a))
+    );
+    const view = (m: (typeof list)[number]) => ({
+      id: m.id,
+      object: "model",
+      created: STARTED,
+      owned_by: "orchard",
+    });
+    if (id === null) return json(ex, { object: "list", data: list.map(view) });
+    const resolved = core.fleet.resolveModel(id);
+    const m = list.find((x) => x.id === resolved);
+    if (!m) {
+      throw new OpenAIError(
+        404,
+        "model_not_found",
+        `The model \`${
+          id.slice(0, 256)
+        }\` does not exist or you do not have access to it.`,
+        { param: "model" },
+      );
+    }
+    return json(ex, view(m));
+  } catch (e) {
+    return fail(ex, e);
+  }
+}

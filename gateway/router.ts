@@ -1,0 +1,159 @@
+/**
+ * Node selection: among the fleet's candidates for a model, the node with
+ * the fewest requests in flight FROM THIS GATEWAY, never more than its slot
+ * count. When every slot is busy, requests wait in a bounded FIFO queue with
+ * a deadline, then fail with 503 and `retry-after`.
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+import type { Fleet, NodeView } from "../fleet/types.ts";
+
+/** A held slot on a node; release exactly once. */
+export interface Lease {
+  node: NodeView;
+  release(): void;
+}
+
+interface Waiter {
+  model: string;
+  exclude: string | null;
+  resolve: (l: Lease) => void;
+  reject: (e: unknown) => void;
+  done: boolean;
+}
+
+/** Options of the router. */
+export interface RouterOptions {
+  /** Most requests waiting for a slot (default 256). */
+  queueMax?: number;
+  /** How long a request may wait for a slot, in ms (default 10 s). */
+  queueTimeoutMs?: number;
+}
+
+/** Routes requests to nodes and tracks this gateway's in-flight work per node. */
+export class NodeRouter {
+  readonly #fleet: Fleet;
+  readonly #inflight = new Map<string, number>();
+  readonly #waiters: Waiter[] = [];
+  readonly #queueMax: number;
+  readonly #queueTimeoutMs: number;
+
+  constructor(fleet: Fleet, opts: RouterOptions = {}) {
+    this.#fleet = fleet;
+    this.#queueMax = opts.queueMax ?? 256;
+    this.#queueTimeoutMs = opts.queueTimeoutMs ?? 10_000;
+  }
+
+  /** Requests in flight from this gateway on `nodeId`. */
+  inFlight(nodeId: string): number {
+    return this.#inflight.get(nodeId) ?? 0;
+  }
+
+  /** Requests waiting for a slot. */
+  get queued(): number {
+    return this.#waiters.length;
+  }
+
+  /** Takes a slot on the best node for `model` (not `exclude`), waiting in the queue if all are busy. */
+  acquire(
+    model: string,
+    signal: AbortSignal,
+    exclude: string | null = null,
+  ): Promise<Lease> {
+    const cands = this.#candidates(model, exclude);
+    if (cands.length === 0) {
+      return Promise.reject(
+        new OpenAIError(
+          503,
+          "no_available_node",
+          `No healthy node serves the model \`${model}\` right now`,
+          {
+            headers: { "retry-after": "5" },
+          },
+        ),
+      );
+    }
+    const lease = this.#pick(cands);
+    if (lease) return Promise.resolve(lease);
+    if (this.#waiters.length >= this.#queueMax) return Promise.reject(busy());
+    return new Promise<Lease>((resolve, reject) => {
+      const w: Waiter = { model, exclude, resolve, reject, done: false };
+      const fail = (e: unknown) => {
+        if (w.done) return;
+        w.done = true;
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        const i = this.#waiters.indexOf(w);
+        if (i >= 0) this.#waiters.splice(i, 1);
+        reject(e);
+      };
+      const onAbort = () => fail(signal.reason);
+      const timer = setTimeout(() => fail(busy()), this.#queueTimeoutMs);
+      signal.addEventListener("abort", onAbort, { once: true });
+      w.resolve = (l) => {
+        w.done = true;
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        resolve(l);
+      };
+      this.#waiters.push(w);
+    });
+  }
+
+  #candidates(model: string, exclude: string | null): NodeView[] {
+    const all = this.#fleet.candidates(model);
+    return exclude ? all.filter((n) => n.id !== exclude) : all;
+  }
+
+  #pick(cands: NodeView[]): Lease | null {
+    let best: NodeView | null = null;
+    let bestLoad = Infinity;
+    for (const n of cands) {
+      const used = this.#inflight.get(n.id) ?? 0;
+      const slots = Math.max(1, n.stats?.slots ?? 1);
+      if (used >= slots) continue;
+      const load = used / slots;
+      if (load < bestLoad) {
+        best = n;
+        bestLoad = load;
+      }
+    }
+    if (!best) return null;
+    const node = best;
+    this.#inflight.set(node.id, (this.#inflight.get(node.id) ?? 0) + 1);
+    let released = false;
+    return {
+      node,
+      release: () => {
+        if (released) return;
+        released = true;
+        const n = (this.#inflight.get(node.id) ?? 1) - 1;
+        if (n <= 0) this.#inflight.delete(node.id);
+        else this.#inflight.set(node.id, n);
+        this.#wake();
+      },
+    };
+  }
+
+  #wake(): void {
+    for (let i = 0; i < this.#waiters.length; i++) {
+      const w = this.#waiters[i]!;
+      const cands = this.#candidates(w.model, w.exclude);
+      const lease = this.#pick(cands);
+      if (!lease) continue;
+      this.#waiters.splice(i, 1);
+      w.resolve(lease);
+      return;
+    }
+  }
+}
+
+function busy(): OpenAIError {
+  return new OpenAIError(
+    503,
+    "server_busy",
+    "Every node serving this model is busy; retry shortly",
+    {
+      headers: { "retry-after": "1" },
+    },
+  );
+}

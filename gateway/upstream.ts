@@ -1,0 +1,322 @@
+/**
+ * Calls a node: picks a slot through the router, applies the connect,
+ * first-byte and total timeouts, and retries ONCE on another node when
+ * nothing has been sent to the client yet (connection refused or broken
+ * before the first event, 503 before the first byte).
+ */
+import { OpenAIError } from "../lib/openai_errors.ts";
+import type { Fleet } from "../fleet/types.ts";
+import type { Lease, NodeRouter } from "./router.ts";
+import { SSEReader, UpstreamStreamError } from "./sse.ts";
+
+/** Timeouts and caps of node calls, in ms and bytes. */
+export interface ProxyOptions {
+  /** Until the node answers with headers (default 10 s). */
+  connectTimeoutMs: number;
+  /** Until the first event or body byte (default 120 s: long prefill). */
+  firstByteTimeoutMs: number;
+  /** Longest silence between chunks of a stream (default 60 s). */
+  idleTimeoutMs: number;
+  /** Longest a whole request may take (default 10 min). */
+  totalTimeoutMs: number;
+  /** After this long without a first event, headers go out and `: ping` comments start (default 1 s). */
+  pingDelayMs: number;
+  /** Interval of `: ping` comments while waiting (default 5 s). */
+  pingIntervalMs: number;
+  /** Largest non-stream node response or stream event accepted (default 16 MiB / 1 MiB). */
+  maxResponseBytes: number;
+  maxEventBytes: number;
+}
+
+/** Defaults of `ProxyOptions`. */
+export const DEFAULT_PROXY: ProxyOptions = {
+  connectTimeoutMs: 10_000,
+  firstByteTimeoutMs: 120_000,
+  idleTimeoutMs: 60_000,
+  totalTimeoutMs: 600_000,
+  pingDelayMs: 1000,
+  pingIntervalMs: 5000,
+  maxResponseBytes: 16 << 20,
+  maxEventBytes: 1 << 20,
+};
+
+/** A node call in progress; `close()` ends it (aborting the node request if still open). */
+export interface UpstreamCall {
+  lease: Lease;
+  /** Aborts the node request; reason is recorded. */
+  abort: AbortController;
+  /** When the whole request must end (epoch ms). */
+  deadline: number;
+  close(): void;
+}
+
+/** A node's answer. */
+export type UpstreamResult =
+  | (UpstreamCall & { kind: "json"; json: Record<string, unknown> })
+  | (UpstreamCall & {
+    kind: "stream";
+    reader: SSEReader;
+    first: string | null;
+  });
+
+class Retryable extends Error {}
+
+/** Sends requests to nodes. */
+export class Upstream {
+  constructor(
+    readonly fleet: Fleet,
+    readonly router: NodeRouter,
+    readonly opts: ProxyOptions,
+  ) {}
+
+  /** POSTs `body` to `path` on a node serving `model`; `stream` selects SSE handling. */
+  async call(
+    model: string,
+    path: string,
+    body: string,
+    stream: boolean,
+    signal: AbortSignal,
+    requestId: string,
+  ): Promise<UpstreamResult> {
+    let exclude: string | null = null;
+    for (let attempt = 0;; attempt++) {
+      const lease = await this.router.acquire(model, signal, exclude);
+      try {
+        return await this.#once(lease, path, body, stream, signal, requestId);
+      } catch (e) {
+        lease.release();
+        if (e instanceof Retryable && attempt === 0 && !signal.aborted) {
+          exclude = lease.node.id;
+          if (this.fleet.candidates(model).some((n) => n.id !== exclude)) {
+            continue;
+          }
+        }
+        if (e instanceof Retryable) {
+          throw new OpenAIError(
+            502,
+            "upstream_error",
+            `The node could not serve the request: ${e.message}`,
+          );
+        }
+        throw e;
+      }
+    }
+  }
+
+  async #once(
+    lease: Lease,
+    path: string,
+    body: string,
+    stream: boolean,
+    signal: AbortSignal,
+    requestId: string,
+  ): Promise<UpstreamResult> {
+    const o = this.opts;
+    const abort = new AbortController();
+    const deadline = Date.now() + o.totalTimeoutMs;
+    const onClient = () =>
+      abort.abort(new DOMException("The client went away", "AbortError"));
+    if (signal.aborted) onClient();
+    signal.addEventListener("abort", onClient, { once: true });
+    const total = setTimeout(
+      () => abort.abort(new DOMException("Total timeout", "TimeoutError")),
+      o.totalTimeoutMs,
+    );
+    let closed = false;
+    const call: UpstreamCall = {
+      lease,
+      abort,
+      deadline,
+      close() {
+        if (closed) return;
+        closed = true;
+        clearTimeout(total);
+        signal.removeEventListener("abort", onClient);
+        if (!abort.signal.aborted) {
+          abort.abort(new DOMException("done", "AbortError"));
+        }
+        lease.release();
+      },
+    };
+    try {
+      const res = await withTimeout(
+        this.fleet.fetchNode(lease.node.id, path, {
+          method: "POST",
+          body,
+          headers: {
+            "content-type": "application/json",
+            "x-request-id": requestId,
+          },
+          signal: abort.signal,
+          redirect: "manual",
+        }),
+        o.connectTimeoutMs,
+        () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
+      ).catch((e) => {
+        if (signal.aborted) throw e;
+        throw new Retryable(
+          e instanceof Error ? e.message : "connection failed",
+        );
+      });
+      if (res.status === 503) {
+        res.body?.cancel().catch(() => {});
+        throw new Retryable("the node is busy or unavailable");
+      }
+      if (res.status !== 200) throw await nodeError(res, o.maxEventBytes);
+      const ct = res.headers.get("content-type") ?? "";
+      if (stream && ct.includes("text/event-stream") && res.body) {
+        const reader = new SSEReader(res.body, o.maxEventBytes);
+        let first: string | null = null;
+        try {
+          first = await reader.next(
+            Math.min(o.pingDelayMs, o.firstByteTimeoutMs),
+          );
+        } catch (e) {
+          if (!(e instanceof UpstreamStreamError && e.kind === "timeout")) {
+            reader.cancel();
+            throw new Retryable(
+              "the node's stream broke off before the first event",
+            );
+          }
+          // Long prefill: the handler sends headers and pings, and keeps waiting.
+        }
+        if (first === null && reader.ended) {
+          throw new Retryable("the node's stream ended before the first event");
+        }
+        return Object.assign(call, { kind: "stream" as const, reader, first });
+      }
+      const json = await readJson(res, o);
+      return Object.assign(call, { kind: "json" as const, json });
+    } catch (e) {
+      clearTimeout(total);
+      signal.removeEventListener("abort", onClient);
+      if (!abort.signal.aborted) abort.abort();
+      closed = true;
+      throw e;
+    }
+  }
+}
+
+function withTimeout<T>(
+  p: Promise<T>,
+  ms: number,
+  onTimeout: () => void,
+): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        onTimeout();
+        reject(new Error(`no answer within ${ms} ms`));
+      }, ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** Reads a body with a size cap and the first-byte/total deadline. */
+async function readJson(
+  res: Response,
+  o: ProxyOptions,
+): Promise<Record<string, unknown>> {
+  const text = await readCapped(res, o.maxResponseBytes, o.firstByteTimeoutMs);
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new OpenAIError(
+      502,
+      "upstream_error",
+      "The node sent a malformed response",
+    );
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    throw new OpenAIError(
+      502,
+      "upstream_error",
+      "The node sent a malformed response",
+    );
+  }
+  return v as Record<string, unknown>;
+}
+
+async function readCapped(
+  res: Response,
+  max: number,
+  timeoutMs: number,
+): Promise<string> {
+  if (!res.body) return "";
+  const reader = new SSEReaderBytes(res.body);
+  return await reader.readAll(max, timeoutMs);
+}
+
+class SSEReaderBytes {
+  readonly #r: ReadableStreamDefaultReader<Uint8Array>;
+  constructor(body: ReadableStream<Uint8Array>) {
+    this.#r = body.getReader();
+  }
+  async readAll(max: number, timeoutMs: number): Promise<string> {
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    try {
+      for (;;) {
+        const r = await withTimeout(this.#r.read(), timeoutMs, () => {});
+        if (r.done) break;
+        size += r.value.byteLength;
+        if (size > max) {
+          throw new OpenAIError(
+            502,
+            "upstream_error",
+            "The node's response is too large",
+          );
+        }
+        chunks.push(r.value);
+      }
+    } catch (e) {
+      this.#r.cancel().catch(() => {});
+      if (e instanceof OpenAIError) throw e;
+      throw new OpenAIError(
+        502,
+        "upstream_error",
+        "The node's response broke off",
+      );
+    }
+    const out = new Uint8Array(size);
+    let off = 0;
+    for (const c of chunks) {
+      out.set(c, off);
+      off += c.byteLength;
+    }
+    return new TextDecoder().decode(out);
+  }
+}
+
+const PASS_STATUS = new Set([400, 404, 408, 413, 422, 429]);
+
+/** Turns a node's non-200 answer into an OpenAIError, keeping only well-formed fields. */
+async function nodeError(res: Response, max: number): Promise<OpenAIError> {
+  let message = `The node answered ${res.status}`;
+  let code: string | null = null;
+  let param: string | null = null;
+  try {
+    const text = await readCapped(res, max, 5000);
+    const body = JSON.parse(text) as {
+      error?: { message?: unknown; code?: unknown; param?: unknown };
+    };
+    const err = body?.error;
+    if (err && typeof err === "object") {
+      if (typeof err.message === "string") message = err.message.slice(0, 1000);
+      if (typeof err.code === "string" || typeof err.code === "number") {
+        code = String(err.code).slice(0, 100);
+      }
+      if (typeof err.param === "string") param = err.param.slice(0, 100);
+    }
+  } catch { /* keep the generic message */ }
+  if (PASS_STATUS.has(res.status)) {
+    const headers: Record<string, string> = {};
+    const ra = res.headers.get("retry-after");
+    if (ra && /^\d{1,5}$/.test(ra)) headers["retry-after"] = ra;
+    return new OpenAIError(res.status, code, message, { param, headers });
+  }
+  return new OpenAIError(502, "upstream_error", `The node failed: ${message}`);
+}

@@ -1,0 +1,302 @@
+/**
+ * Usage metering: one record per gateway request (never prompt text) and
+ * rollups per hour and day for each tenant, key, tenant × model, model and
+ * overall. Rollups are KV `sum` counters (one key per field), latency and
+ * time to first token as sums plus fixed histogram buckets, so charts read
+ * a few hundred keys whatever the traffic, and percentiles come from the
+ * buckets.
+ */
+import { k, type UsageDimension } from "./kv_keys.ts";
+import { listPage, type Page, type PageOptions } from "./pagination.ts";
+import type { Store } from "./store.ts";
+
+/** One request as metered by the gateway. */
+export interface UsageRecord {
+  id: string;
+  /** ISO time the request started. */
+  at: string;
+  requestId: string;
+  tenantId: string;
+  keyId: string;
+  model: string;
+  nodeId: string | null;
+  endpoint: "chat" | "completions" | "embeddings" | "messages";
+  promptTokens: number;
+  completionTokens: number;
+  latencyMs: number;
+  /** Time to first token (streams) or to the response (others); null if none came. */
+  ttftMs: number | null;
+  /** HTTP status given to the client (200 for streams that ended with an error frame: see outcome). */
+  status: number;
+  outcome: "ok" | "error" | "cancelled";
+}
+
+/** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */
+export const LATENCY_BUCKETS_MS = [
+  25,
+  50,
+  100,
+  250,
+  500,
+  1000,
+  2500,
+  5000,
+  10_000,
+  30_000,
+  60_000,
+  Infinity,
+] as const;
+
+/** How long single usage records are kept (rollups are kept). */
+export const USAGE_RECORD_TTL_MS = 90 * 86_400_000;
+
+/** The bucket index of a duration. */
+export function bucketOf(ms: number): number {
+  let i = 0;
+  while (ms > LATENCY_BUCKETS_MS[i]!) i++;
+  return i;
+}
+
+/** Time buckets: `2026-11-22T10` (hour) or `2026-11-22` (day). */
+export function timeBucket(g: "hour" | "day", ms: number): string {
+  return new Date(ms).toISOString().slice(0, g === "hour" ? 13 : 10);
+}
+
+function subjects(r: UsageRecord): [UsageDimension, string][] {
+  return [
+    ["tenant", r.tenantId],
+    ["key", `${r.tenantId}/${r.keyId}`],
+    ["tenant_model", `${r.tenantId}/${r.model}`],
+    ["model", r.model],
+    ["all", "*"],
+  ];
+}
+
+/** Largest number of mutations in one atomic write. */
+const MAX_MUTATIONS = 500;
+
+/**
+ * Writes records and adds them to every rollup, aggregating sums across the
+ * batch first (one `sum` per counter key per batch).
+ */
+export async function writeUsage(
+  store: Store,
+  records: UsageRecord[],
+): Promise<void> {
+  if (records.length === 0) return;
+  const sums = new Map<string, { key: Deno.KvKey; n: bigint }>();
+  const add = (key: Deno.KvKey, n: number) => {
+    if (n <= 0) return;
+    const id = JSON.stringify(key);
+    const e = sums.get(id);
+    if (e) e.n += BigInt(Math.round(n));
+    else sums.set(id, { key, n: BigInt(Math.round(n)) });
+  };
+  for (const r of records) {
+    const t = Date.parse(r.at);
+    for (const g of ["hour", "day"] as const) {
+      const b = timeBucket(g, t);
+      for (const [dim, subject] of subjects(r)) {
+        const key = (f: string) => k.usageRollup(g, dim, subject, b, f);
+        add(key("requests"), 1);
+        if (r.outcome !== "ok") add(key("errors"), 1);
+        add(key("prompt"), r.promptTokens);
+        add(key("completion"), r.completionTokens);
+        add(key("latency_sum"), r.latencyMs);
+        add(key(`lat_${bucketOf(r.latencyMs)}`), 1);
+        if (r.ttftMs !== null) {
+          add(key("ttft_sum"), r.ttftMs);
+          add(key("ttft_count"), 1);
+          add(key(`ttft_${bucketOf(r.ttftMs)}`), 1);
+        }
+      }
+    }
+  }
+  let op = store.kv.atomic();
+  let n = 0;
+  const flush = async () => {
+    if (n === 0) return;
+    const res = await op.commit();
+    if (!res.ok) throw new Error("Cannot write usage: the commit was refused");
+    op = store.kv.atomic();
+    n = 0;
+  };
+  for (const r of records) {
+    op.set(k.usageRecord(r.tenantId, r.id), r, {
+      expireIn: USAGE_RECORD_TTL_MS,
+    });
+    if (++n >= MAX_MUTATIONS) await flush();
+  }
+  for (const { key, n: v } of sums.values()) {
+    op.sum(key, v);
+    if (++n >= MAX_MUTATIONS) await flush();
+  }
+  await flush();
+}
+
+/** A query over rollups: the narrowest dimension given is used. */
+export interface UsageQuery {
+  tenantId?: string;
+  /** Requires tenantId (keys are scoped to their tenant). */
+  keyId?: string;
+  model?: string;
+  granularity: "hour" | "day";
+  /** Inclusive range (epoch ms or Date). */
+  from: number | Date;
+  to: number | Date;
+}
+
+/** Sums of one time bucket. */
+export interface UsagePoint {
+  /** Bucket start, ISO. */
+  bucket: string;
+  requests: number;
+  errors: number;
+  promptTokens: number;
+  completionTokens: number;
+  latencyMsSum: number;
+  ttftMsSum: number;
+  ttftCount: number;
+  /** Counts per LATENCY_BUCKETS_MS bucket. */
+  latencyHistogram: number[];
+  ttftHistogram: number[];
+}
+
+function dimensionOf(q: UsageQuery): [UsageDimension, string] {
+  if (q.keyId) {
+    if (!q.tenantId) {
+      throw new RangeError("Cannot query usage by key: tenantId is required");
+    }
+    return ["key", `${q.tenantId}/${q.keyId}`];
+  }
+  if (q.tenantId && q.model) {
+    return ["tenant_model", `${q.tenantId}/${q.model}`];
+  }
+  if (q.tenantId) return ["tenant", q.tenantId];
+  if (q.model) return ["model", q.model];
+  return ["all", "*"];
+}
+
+function emptyPoint(bucket: string): UsagePoint {
+  const zeros = () => LATENCY_BUCKETS_MS.map(() => 0);
+  return {
+    bucket,
+    requests: 0,
+    errors: 0,
+    promptTokens: 0,
+    completionTokens: 0,
+    latencyMsSum: 0,
+    ttftMsSum: 0,
+    ttftCount: 0,
+    latencyHistogram: zeros(),
+    ttftHistogram: zeros(),
+  };
+}
+
+const FIELD: Record<string, keyof UsagePoint> = {
+  requests: "requests",
+  errors: "errors",
+  prompt: "promptTokens",
+  completion: "completionTokens",
+  latency_sum: "latencyMsSum",
+  ttft_sum: "ttftMsSum",
+  ttft_count: "ttftCount",
+};
+
+/** One point per hour or day in [from, to] (zeros where nothing happened), read from rollups only. */
+export async function usageSeries(
+  store: Store,
+  q: UsageQuery,
+): Promise<UsagePoint[]> {
+  const step = q.granularity === "hour" ? 3_600_000 : 86_400_000;
+  const from = +q.from - (+q.from % step);
+  const to = +q.to;
+  if (!(to >= from)) {
+    throw new RangeError("Cannot query usage: `to` is before `from`");
+  }
+  if ((to - from) / step > 2000) {
+    throw new RangeError("Cannot query usage: more than 2000 points");
+  }
+  const [dim, subject] = dimensionOf(q);
+  const points = new Map<string, UsagePoint>();
+  const out: UsagePoint[] = [];
+  for (let t = from; t <= to; t += step) {
+    const b = timeBucket(q.granularity, t);
+    const p = emptyPoint(new Date(t).toISOString());
+    points.set(b, p);
+    out.push(p);
+  }
+  const prefix = k.usageRollupPrefix(q.granularity, dim, subject);
+  const iter = store.kv.list<Deno.KvU64>({
+    start: [...prefix, timeBucket(q.granularity, from)],
+    end: [...prefix, timeBucket(q.granularity, to), "\uffff"],
+  });
+  for await (const e of iter) {
+    const p = points.get(e.key[prefix.length] as string);
+    const f = e.key[prefix.length + 1] as string;
+    if (!p || !(e.value instanceof Deno.KvU64)) continue;
+    const v = Number(e.value.value);
+    const name = FIELD[f];
+    if (name) (p[name] as number) += v;
+    else if (f.startsWith("lat_")) p.latencyHistogram[Number(f.slice(4))]! += v;
+    else if (f.startsWith("ttft_")) p.ttftHistogram[Number(f.slice(5))]! += v;
+  }
+  return out;
+}
+
+/** Totals over [from, to] with latency and TTFT percentiles (bucket upper bounds). */
+export interface UsageTotals extends Omit<UsagePoint, "bucket"> {
+  latencyP50Ms: number | null;
+  latencyP95Ms: number | null;
+  ttftP50Ms: number | null;
+  ttftP95Ms: number | null;
+}
+
+/** Sums a usage series into totals, read from rollups only. */
+export async function usageTotals(
+  store: Store,
+  q: UsageQuery,
+): Promise<UsageTotals> {
+  const series = await usageSeries(store, q);
+  const t = emptyPoint("");
+  for (const p of series) {
+    for (const f of Object.values(FIELD)) (t[f] as number) += p[f] as number;
+    p.latencyHistogram.forEach((v, i) => t.latencyHistogram[i]! += v);
+    p.ttftHistogram.forEach((v, i) => t.ttftHistogram[i]! += v);
+  }
+  const { bucket: _b, ...rest } = t;
+  return {
+    ...rest,
+    latencyP50Ms: percentile(t.latencyHistogram, 0.5),
+    latencyP95Ms: percentile(t.latencyHistogram, 0.95),
+    ttftP50Ms: percentile(t.ttftHistogram, 0.5),
+    ttftP95Ms: percentile(t.ttftHistogram, 0.95),
+  };
+}
+
+/** The upper bound of the bucket holding quantile `q` of a histogram (null if empty; Infinity past the last bound). */
+export function percentile(hist: number[], q: number): number | null {
+  const total = hist.reduce((a, b) => a + b, 0);
+  if (total === 0) return null;
+  const rank = Math.ceil(q * total);
+  let seen = 0;
+  for (let i = 0; i < hist.length; i++) {
+    seen += hist[i]!;
+    if (seen >= rank) return LATENCY_BUCKETS_MS[i] ?? Infinity;
+  }
+  return Infinity;
+}
+
+/** Lists a tenant's usage records, newest first (access checks are the caller's). */
+export function listUsageRecords(
+  store: Store,
+  tenantId: string,
+  opts: PageOptions = {},
+): Promise<Page<UsageRecord>> {
+  return listPage<UsageRecord, UsageRecord>(
+    store.kv,
+    { prefix: k.usageRecordPrefix(tenantId) },
+    { reverse: true, ...opts },
+    (r) => r,
+  );
+}
