@@ -80,11 +80,11 @@ export function createNodeFacingApi(deps: NodeApiDeps): Hono {
   });
   api.post("/heartbeat", async function heartbeat(c) {
     const nodeId = await authenticate(c.req.header("authorization"));
-    const res: HeartbeatResponse = await recordHeartbeat(
-      store,
-      nodeId,
-      await readJsonBody(c, MAX_BODY),
-    );
+    const body = await readJsonBody(c, MAX_BODY);
+    if (typeof body.url === "string") {
+      body.url = validateNodeUrl(body.url, config.allowPrivateNodeUrls);
+    }
+    const res: HeartbeatResponse = await recordHeartbeat(store, nodeId, body);
     return c.json(res);
   });
   return api;

@@ -43,6 +43,8 @@ export interface HeartbeatRequest extends EngineStats {
   models: EngineModel[];
   drainState: "none" | "draining" | "drained";
   probe?: Record<string, unknown>;
+  /** The URL the node serves at now (updated when it changed since enrollment). */
+  url?: string;
 }
 
 /** `POST /heartbeat` response. */

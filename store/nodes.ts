@@ -97,6 +97,8 @@ export const heartbeatSchema = z.object({
   models,
   drainState: z.enum(["none", "draining", "drained"]),
   probe: z.record(z.string(), z.unknown()).optional(),
+  /** The node's current URL, already validated by the caller. */
+  url: z.string().min(1).max(2000).optional(),
 });
 
 function sizeCheck(value: unknown, what: string): void {
@@ -180,8 +182,9 @@ export async function getNodeRecord(
 }
 
 /**
- * Stores a heartbeat and returns whether the node should drain. Throws 401
- * when the node no longer exists (it was removed).
+ * Stores a heartbeat (and a changed URL, validated by the caller) and
+ * returns whether the node should drain. Throws 401 when the node no
+ * longer exists (it was removed).
  */
 export async function recordHeartbeat(
   store: Store,
@@ -212,6 +215,9 @@ export async function recordHeartbeat(
     if (!entry.value) throw new UnauthorizedError("Node is not enrolled");
     const op = store.kv.atomic().check(entry).set(k.nodeStatus(nodeId), status);
     if (hb.probe) op.set(k.nodeProbe(nodeId), hb.probe);
+    if (hb.url && hb.url !== entry.value.url) {
+      op.set(k.node(nodeId), { ...entry.value, url: hb.url });
+    }
     if ((await op.commit()).ok) return { drain: entry.value.drain };
   }
   throw new ConflictError("Node changed concurrently; try again");

@@ -1,0 +1,273 @@
+/**
+ * A node worker: loads its identity, starts its engine, serves the node
+ * API, enrolls with a join token the first time (later restarts reuse the
+ * identity, no token needed) and heartbeats until closed. Used by
+ * `deno task node` and in-process by `deno task start`.
+ */
+import { importEd25519 } from "../lib/jwt.ts";
+import { log } from "../lib/log.ts";
+import {
+  type EnrollRequest,
+  type EnrollResponse,
+  type HeartbeatRequest,
+  NODE_API_PATH,
+} from "../fleet/protocol.ts";
+import { createGatewayVerifier } from "./auth.ts";
+import type { Engine } from "./engine.ts";
+import { createOpenAIEngine } from "./engines/openai.ts";
+import { sendHeartbeat, startHeartbeat } from "./heartbeat.ts";
+import {
+  defaultStateDir,
+  loadIdentity,
+  type NodeIdentity,
+  saveIdentity,
+} from "./identity.ts";
+import { collectProbe, memoryNow } from "./probe.ts";
+import { createNodeApp, DrainState, type LinkTester } from "./server.ts";
+
+/** Options of `startNodeWorker` (each has a CLI flag and env var in node/main.ts). */
+export interface NodeWorkerOptions {
+  /** Base URL of the gateway, e.g. `http://gateway:8000`. */
+  gatewayUrl: string;
+  /** Join token; needed only until the node is enrolled with this gateway. */
+  joinToken?: string | null;
+  /** Engine kind (default llama). */
+  engine?: "llama" | "openai";
+  /** A ready engine to use instead of building one from `engine`. */
+  engineInstance?: Engine;
+  /** GGUF directory for the llama engine. */
+  modelsDir?: string;
+  /** OpenAI-compatible server for the openai engine. */
+  upstreamUrl?: string | null;
+  upstreamApiKey?: string | null;
+  /** Port to listen on (default 8100; 0 picks a free one). */
+  port?: number;
+  /** Address to listen on (default 0.0.0.0). */
+  host?: string;
+  /** URL the gateway should call (default derived from host and port). */
+  advertiseUrl?: string | null;
+  name?: string | null;
+  slots?: number;
+  threads?: number | null;
+  /** Where the identity is kept (default ~/.orchard/node). */
+  stateDir?: string;
+  /** Heartbeat interval (default 2000 ms). */
+  heartbeatMs?: number;
+  maxBodyBytes?: number;
+  /** Link test implementation (default: node/native/linktest.ts when it loads). */
+  linktest?: LinkTester | null;
+}
+
+/** A running node worker. */
+export interface NodeWorker {
+  nodeId: string;
+  /** The URL the gateway calls. */
+  url: string;
+  /** Stops heartbeats, the server and the engine; idempotent. */
+  close(): Promise<void>;
+}
+
+const VERSION = "0.1.0";
+
+/** Builds the engine named by `kind` (llama is imported lazily so openai works without it). */
+export async function createEngine(opts: NodeWorkerOptions): Promise<Engine> {
+  if (opts.engineInstance) return opts.engineInstance;
+  const kind = opts.engine ?? "llama";
+  if (kind === "openai") {
+    if (!opts.upstreamUrl) {
+      throw new Error(
+        "Cannot start the openai engine: --upstream URL (ORCHARD_UPSTREAM_URL) is required",
+      );
+    }
+    return createOpenAIEngine({
+      upstreamUrl: opts.upstreamUrl,
+      apiKey: opts.upstreamApiKey ?? undefined,
+      slots: opts.slots,
+    });
+  }
+  let mod: { createLlamaEngine?: (o: Record<string, unknown>) => Engine };
+  try {
+    mod = await import(new URL("./llama/mod.ts", import.meta.url).href);
+  } catch (err) {
+    throw new Error(
+      "Cannot load the llama engine; use --engine openai --upstream URL to front another server",
+      { cause: err },
+    );
+  }
+  if (typeof mod.createLlamaEngine !== "function") {
+    throw new Error("Cannot load the llama engine: createLlamaEngine missing");
+  }
+  return mod.createLlamaEngine({
+    modelsDir: opts.modelsDir ?? "./models",
+    slots: opts.slots,
+    threads: opts.threads ?? undefined,
+  });
+}
+
+/** The link test from node/native when it loads, else null (the API answers 501). */
+async function loadLinkTester(): Promise<LinkTester | null> {
+  try {
+    const spec = new URL("./linktest.ts", import.meta.url).href;
+    const mod = await import(spec) as {
+      createLinkTester?: () => LinkTester | Promise<LinkTester>;
+    };
+    return mod.createLinkTester ? await mod.createLinkTester() : null;
+  } catch (err) {
+    log.debug("link test unavailable", { error: String(err) });
+    return null;
+  }
+}
+
+function advertised(host: string, port: number): string {
+  let h = host;
+  if (h === "0.0.0.0" || h === "::") {
+    const lan = Deno.networkInterfaces().find((i) =>
+      i.family === "IPv4" && !i.address.startsWith("127.") &&
+      !i.address.startsWith("169.254.")
+    );
+    h = lan?.address ?? "127.0.0.1";
+  }
+  return `http://${h.includes(":") ? `[${h}]` : h}:${port}`;
+}
+
+async function enroll(
+  gatewayUrl: string,
+  token: string,
+  body: Omit<EnrollRequest, "token">,
+): Promise<EnrollResponse> {
+  const res = await fetch(`${gatewayUrl}${NODE_API_PATH}/enroll`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, token }),
+    redirect: "manual",
+    signal: AbortSignal.timeout(30_000),
+  });
+  const json = await res.json().catch(() => null);
+  if (res.status !== 201) {
+    const msg = json?.error?.message ?? `status ${res.status}`;
+    throw new Error(`Cannot enroll with ${gatewayUrl}: ${msg}`);
+  }
+  return json as EnrollResponse;
+}
+
+/** Starts a node worker; resolves once it is enrolled, serving and heartbeating. */
+export async function startNodeWorker(
+  opts: NodeWorkerOptions,
+): Promise<NodeWorker> {
+  const gatewayUrl = opts.gatewayUrl.replace(/\/+$/, "");
+  const stateDir = opts.stateDir ?? defaultStateDir();
+  const heartbeatMs = opts.heartbeatMs ?? 2000;
+  const identity = await loadIdentity(stateDir);
+  const privateKey = await importEd25519(identity.privateJwk);
+  const engine = await createEngine(opts);
+  await engine.start();
+
+  // Serve first (enrollment needs the port); until enrolled, answer 503.
+  let handler: (req: Request) => Response | Promise<Response> = () =>
+    new Response("starting", { status: 503 });
+  const server = Deno.serve({
+    port: opts.port ?? 8100,
+    hostname: opts.host ?? "0.0.0.0",
+    onListen: () => {},
+  }, (req) => handler(req));
+  let heartbeat: ReturnType<typeof startHeartbeat> | null = null;
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    await heartbeat?.stop();
+    await server.shutdown();
+    await engine.close();
+  };
+
+  try {
+    const url = opts.advertiseUrl?.replace(/\/+$/, "") ??
+      advertised(opts.host ?? "0.0.0.0", server.addr.port);
+    const drain = new DrainState(() => void heartbeat?.beatNow());
+    const collect = async (withProbe: boolean): Promise<HeartbeatRequest> => ({
+      intervalMs: heartbeatMs,
+      ...engine.stats(),
+      memory: memoryNow(),
+      models: await engine.models(),
+      drainState: drain.state,
+      url,
+      ...(withProbe ? { probe: await collectProbe() } : {}),
+    });
+
+    let enrollment = identity.enrollment?.gatewayUrl === gatewayUrl
+      ? identity.enrollment
+      : null;
+    if (enrollment) {
+      // Check the gateway still knows us (it may have removed the node).
+      const res = await sendHeartbeat(
+        { gatewayUrl, nodeId: enrollment.nodeId, privateKey },
+        await collect(true),
+      );
+      if (res.status === 401) {
+        log.warn("gateway no longer knows this node", {
+          nodeId: enrollment.nodeId,
+        });
+        enrollment = null;
+      } else if (res.status !== 200) {
+        throw new Error(`Cannot reach ${gatewayUrl}: status ${res.status}`);
+      }
+    }
+    if (!enrollment) {
+      if (!opts.joinToken) {
+        throw new Error(
+          `Cannot start the node: it is not enrolled with ${gatewayUrl}; pass --join TOKEN (ORCHARD_JOIN_TOKEN)`,
+        );
+      }
+      const got = await enroll(gatewayUrl, opts.joinToken, {
+        publicJwk: identity.publicJwk,
+        url,
+        ...(opts.name ? { name: opts.name } : {}),
+        engine: engine.kind,
+        models: await engine.models(),
+        probe: await collectProbe(),
+        version: VERSION,
+      });
+      enrollment = {
+        nodeId: got.nodeId,
+        gatewayUrl,
+        gatewayJwks: got.gatewayJwks,
+        enrolledAt: new Date().toISOString(),
+      };
+      const next: NodeIdentity = { ...identity, enrollment };
+      await saveIdentity(stateDir, next);
+      log.info("node enrolled", { nodeId: got.nodeId, url });
+    }
+    const nodeId = enrollment.nodeId;
+    const verifier = await createGatewayVerifier(
+      enrollment.gatewayJwks,
+      nodeId,
+    );
+    const app = createNodeApp({
+      engine,
+      verifier,
+      drain,
+      maxBodyBytes: opts.maxBodyBytes,
+      linktest: opts.linktest !== undefined
+        ? opts.linktest
+        : await loadLinkTester(),
+    });
+    handler = app.fetch;
+    heartbeat = startHeartbeat({
+      gatewayUrl,
+      nodeId,
+      privateKey,
+      intervalMs: heartbeatMs,
+      collect,
+      onResponse: (r) => drain.set(r?.drain === true),
+      onRejected: (_s, msg) =>
+        log.error("gateway refused this node; re-enroll with a join token", {
+          nodeId,
+          msg,
+        }),
+    });
+    return { nodeId, url, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
