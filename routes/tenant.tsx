@@ -14,7 +14,7 @@ import {
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
 import { createApiKey, listApiKeys, revokeApiKey } from "../store/api_keys.ts";
-import { ServiceError } from "../store/errors.ts";
+import { NotFoundError, ServiceError } from "../store/errors.ts";
 import {
   getTenantLimits,
   LIMIT_FIELDS,
@@ -24,7 +24,7 @@ import {
 import { isPlatform } from "../store/principal.ts";
 import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
-import { createInvite, listUsers } from "../store/users.ts";
+import { createInvite, listUsers, setUserDisabled } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";
 import { page, str } from "./_page.tsx";
 
@@ -417,6 +417,32 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
       );
       return { ok: "Limits saved." };
     }))
+  .post(
+    "/:id/users/:userId/:action{disable|enable}",
+    (c) =>
+      attempt(c, "members", async () => {
+        const store = c.get("deps").store;
+        const p = c.get("principal")!;
+        const members = await listUsers(store, p, c.req.param("id"), {
+          limit: 200,
+        });
+        if (!members.items.some((u) => u.id === c.req.param("userId"))) {
+          throw new NotFoundError("User");
+        }
+        const disable = c.req.param("action") === "disable";
+        const u = await setUserDisabled(
+          store,
+          p,
+          c.req.param("userId"),
+          disable,
+        );
+        return {
+          ok: `${u.email} ${
+            disable ? "disabled: their sessions ended" : "enabled"
+          }.`,
+        };
+      }),
+  )
   .post("/:id/invites", (c) =>
     attempt(c, "members", async () => {
       const body = await c.req.parseBody();

@@ -51,6 +51,9 @@ const COVERAGE: Record<string, Cover> = {
   "POST /tenants/:id/keys/:keyId/revoke": { kind: "tenant-b" },
   "POST /tenants/:id/limits": { kind: "tenant-b" },
   "POST /tenants/:id/invites": { kind: "tenant-b" },
+  "POST /tenants/:id/users/:userId/:action{disable|enable}": {
+    kind: "tenant-b",
+  },
   "GET /audit": { kind: "own" },
 };
 
@@ -130,8 +133,11 @@ async function seedB(
   };
 }
 
+let bUserId = "";
+
 function fill(path: string, tenantId: string, keyId: string): string {
   return path.replace(":keyId", keyId).replace(":token", "x.y")
+    .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
     .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId);
 }
 
