@@ -352,16 +352,27 @@ export async function removeNode(
   }
 }
 
-/** Stores a link-test result for the ordered pair (a, b). */
+/** Stores a link-test result for the pair (a, b), audited as `p`'s action. */
 export async function saveLinkTest(
   store: Store,
+  p: Principal,
   rec: LinkTestRecord,
 ): Promise<void> {
+  requirePlatform(p);
   sizeCheck(rec, "Link test result");
   const [a, b] = await store.kv.getMany([k.node(rec.a), k.node(rec.b)]);
   if (!a.value || !b.value) return; // a node was removed meanwhile
-  await store.kv.atomic().check(a).check(b).set(k.linkTest(rec.a, rec.b), rec)
-    .commit();
+  const op = store.kv.atomic().check(a).check(b).set(
+    k.linkTest(rec.a, rec.b),
+    rec,
+  );
+  addAudit(op, p, {
+    action: "link.test",
+    target: { type: "link", id: `${rec.a}:${rec.b}` },
+    tenantId: null,
+    after: { ok: rec.ok, error: rec.error },
+  });
+  await op.commit();
 }
 
 /** Lists every link-test result (platform admins only). */

@@ -1,0 +1,125 @@
+/**
+ * Admin endpoints for nodes (mounted under `/api/admin/v1` after admin
+ * authentication, which sets the `principal` context variable): join
+ * tokens, nodes, drain, removal, and link tests between nodes.
+ */
+import { Hono } from "hono";
+import type { Config } from "../config.ts";
+import type { AdminEnv } from "../routes/_env.ts";
+import { ConflictError, ValidationError } from "../store/errors.ts";
+import { createJoinToken, listJoinTokens } from "../store/join_tokens.ts";
+import {
+  getNode,
+  listLinkTests,
+  listNodes,
+  removeNode,
+  setNodeDrain,
+} from "../store/nodes.ts";
+import { requirePlatform } from "../store/principal.ts";
+import type { Store } from "../store/store.ts";
+import { readJsonBody } from "./_json.ts";
+import { createLinkTests } from "./link_tests.ts";
+import type { Fleet } from "./types.ts";
+
+/** What the nodes admin API is built from. */
+export interface NodesAdminDeps {
+  store: Store;
+  /** Calls nodes with a gateway-signed JWT (the registry from createFleet). */
+  fleet: Pick<Fleet, "fetchNode">;
+  config: Pick<Config, "publicUrl">;
+}
+
+const MAX_BODY = 16 * 1024;
+
+function limit(raw: string | undefined): number | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) {
+    throw new ValidationError("limit must be a positive integer", "limit");
+  }
+  return n;
+}
+
+/** Builds the nodes admin sub-app (platform admins only). */
+export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
+  const { store } = deps;
+  const links = createLinkTests(deps);
+  const api = new Hono<AdminEnv>();
+
+  api.post("/join-tokens", async (c) => {
+    const { token, joinToken } = await createJoinToken(
+      store,
+      c.get("principal"),
+      await readJsonBody(c, MAX_BODY),
+    );
+    c.header("cache-control", "no-store");
+    return c.json({
+      ...joinToken,
+      token,
+      command:
+        `deno task node --gateway ${deps.config.publicUrl} --join ${token}`,
+    }, 201);
+  });
+  api.get("/join-tokens", async (c) =>
+    c.json(
+      await listJoinTokens(store, c.get("principal"), {
+        cursor: c.req.query("cursor"),
+        limit: limit(c.req.query("limit")),
+      }),
+    ));
+
+  api.get(
+    "/nodes",
+    async (c) => c.json({ items: await listNodes(store, c.get("principal")) }),
+  );
+  api.get(
+    "/nodes/:id",
+    async (c) =>
+      c.json(await getNode(store, c.get("principal"), c.req.param("id"))),
+  );
+  api.post("/nodes/:id/drain", async (c) =>
+    c.json(
+      await setNodeDrain(store, c.get("principal"), c.req.param("id"), true),
+    ));
+  api.post("/nodes/:id/undrain", async (c) =>
+    c.json(
+      await setNodeDrain(store, c.get("principal"), c.req.param("id"), false),
+    ));
+  api.delete("/nodes/:id", async (c) => {
+    await removeNode(store, c.get("principal"), c.req.param("id"));
+    return c.json({ id: c.req.param("id"), removed: true });
+  });
+
+  api.post("/links/test", async (c) => {
+    const p = c.get("principal");
+    requirePlatform(p);
+    const body = await readJsonBody(c, MAX_BODY);
+    const a = body.a, b = body.b;
+    if (typeof a !== "string" || typeof b !== "string" || a === b) {
+      throw new ValidationError("Give two different node ids: a and b", "a");
+    }
+    await getNode(store, p, a);
+    await getNode(store, p, b);
+    return c.json(await links.testPair(p, a, b));
+  });
+  api.post("/links/test-all", async (c) => {
+    const p = c.get("principal");
+    requirePlatform(p);
+    const nodes = await listNodes(store, p);
+    const ids = nodes.filter((n) => n.state === "healthy").map((n) => n.id);
+    if (!links.startAll(p, ids)) {
+      throw new ConflictError("A link test run is already in progress");
+    }
+    return c.json(links.progress(), 202);
+  });
+  api.get("/links", async (c) =>
+    c.json({
+      items: await listLinkTests(store, c.get("principal")),
+      progress: links.progress(),
+    }));
+  api.get("/links/progress", (c) => {
+    requirePlatform(c.get("principal"));
+    return c.json(links.progress());
+  });
+  return api;
+}
