@@ -1,0 +1,471 @@
+/**
+ * Test support (folder-private): a scripted OpenAI-compatible upstream on
+ * loopback standing in for an external node engine, a small `Fleet` over
+ * such upstreams, and a world with a tenant, keys and a served gateway.
+ */
+import { testConfig } from "../config.ts";
+import type { Fleet, NodeView } from "../fleet/types.ts";
+import type { EngineModel } from "../node/engine.ts";
+import { createApiKey } from "../store/api_keys.ts";
+import type { Limits } from "../store/limits.ts";
+import { setTenantLimits } from "../store/limits.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { createStore, type Store } from "../store/store.ts";
+import { createTenant, type Tenant } from "../store/tenants.ts";
+import { silentLogger } from "./logger.ts";
+import { createGateway, type Gateway, type GatewayOptions } from "./mod.ts";
+
+/** How the scripted engine answers a request. */
+export interface Script {
+  /** Words streamed (one chunk each); default ["Hello", " world", "!"]. */
+  words?: string[];
+  /** Milliseconds between chunks. */
+  delayMs?: number;
+  /** Error the connection after this many content chunks (simulates a killed node). */
+  killAfter?: number;
+  /** Stop sending (but keep the connection open) after this many chunks. */
+  stallAfter?: number;
+  /** Answer with this status and OpenAI error body instead. */
+  status?: number;
+  /** Wait before the first chunk (prefill). */
+  prefillMs?: number;
+  /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
+  toolCall?: { name: string; args: string; idMissing?: boolean };
+  /** Label chunks `chat.completion` and attach usage to content chunks (Exo quirks). */
+  exoQuirks?: boolean;
+}
+
+/** A loopback server speaking OpenAI shapes under a script. */
+export interface ScriptedUpstream {
+  url: string;
+  /** Requests received, with their parsed bodies. */
+  requests: { path: string; body: Record<string, unknown> }[];
+  /** Requests whose connection was aborted by the caller. */
+  aborted: number;
+  script: Script;
+  close(): Promise<void>;
+}
+
+const enc = new TextEncoder();
+
+/** Starts a scripted upstream. */
+export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
+  const up: ScriptedUpstream = {
+    url: "",
+    requests: [],
+    aborted: 0,
+    script,
+    close: async () => {},
+  };
+  const server = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen() {} },
+    async (req) => {
+      const path = new URL(req.url).pathname;
+      const body = await req.json().catch(() => ({}));
+      up.requests.push({ path, body });
+      const s = up.script;
+      if (s.status) {
+        return Response.json({
+          error: {
+            message: "scripted failure",
+            type: "server_error",
+            code: "scripted",
+          },
+        }, {
+          status: s.status,
+        });
+      }
+      const words = s.words ?? ["Hello", " world", "!"];
+      const prompt = 7;
+      if (path === "/v1/embeddings") {
+        const inputs =
+          Array.isArray(body.input) && typeof body.input[0] !== "number"
+            ? body.input.length
+            : 1;
+        return Response.json({
+          object: "list",
+          model: body.model,
+          data: Array.from(
+            { length: inputs },
+            (_, i) => ({
+              object: "embedding",
+              index: i,
+              embedding: [0.5, -1, 0.25],
+            }),
+          ),
+          usage: { prompt_tokens: 3 * inputs, total_tokens: 3 * inputs },
+        });
+      }
+      const chat = path === "/v1/chat/completions";
+      if (!body.stream) {
+        return Response.json(
+          chat
+            ? {
+              id: "chatcmpl-x",
+              object: "chat.completion",
+              created: 1,
+              model: body.model,
+              choices: [{
+                index: 0,
+                message: { role: "assistant", content: words.join("") },
+                finish_reason: "stop",
+              }],
+              usage: {
+                prompt_tokens: prompt,
+                completion_tokens: words.length,
+                total_tokens: prompt + words.length,
+              },
+            }
+            : {
+              id: "cmpl-x",
+              object: "text_completion",
+              created: 1,
+              model: body.model,
+              choices: [{
+                index: 0,
+                text: words.join(""),
+                finish_reason: "stop",
+              }],
+              usage: {
+                prompt_tokens: prompt,
+                completion_tokens: words.length,
+                total_tokens: prompt + words.length,
+              },
+            },
+        );
+      }
+      const object = s.exoQuirks
+        ? "chat.completion"
+        : chat
+        ? "chat.completion.chunk"
+        : "text_completion";
+      const chunk = (
+        choice: Record<string, unknown>,
+        extra: Record<string, unknown> = {},
+      ) =>
+        `data: ${
+          JSON.stringify({
+            id: "up-1",
+            object,
+            created: 1,
+            model: body.model,
+            choices: [choice],
+            ...extra,
+          })
+        }\n\n`;
+      const frames: string[] = [];
+      if (chat) {
+        frames.push(
+          chunk({
+            index: 0,
+            delta: { role: "assistant", content: "" },
+            finish_reason: null,
+          }),
+        );
+      }
+      if (s.toolCall) {
+        const t = s.toolCall;
+        frames.push(chunk({
+          index: 0,
+          delta: {
+            tool_calls: [{
+              index: 0,
+              ...(t.idMissing ? {} : { id: "call_1", type: "function" }),
+              function: { name: t.name, arguments: "" },
+            }],
+          },
+          finish_reason: null,
+        }));
+        frames.push(
+          chunk({
+            index: 0,
+            delta: {
+              tool_calls: [{ index: 0, function: { arguments: t.args } }],
+            },
+            finish_reason: null,
+          }),
+        );
+      } else {
+        words.forEach((w, i) => {
+          const extra = s.exoQuirks
+            ? {
+              usage: {
+                prompt_tokens: prompt,
+                completion_tokens: i + 1,
+                total_tokens: prompt + i + 1,
+              },
+            }
+            : {};
+          frames.push(
+            chat
+              ? chunk(
+                { index: 0, delta: { content: w }, finish_reason: null },
+                extra,
+              )
+              : chunk({ index: 0, text: w, finish_reason: null }),
+          );
+        });
+      }
+      frames.push(
+        chat
+          ? chunk({
+            index: 0,
+            delta: {},
+            finish_reason: s.toolCall ? "tool_calls" : "stop",
+          })
+          : chunk({ index: 0, text: "", finish_reason: "stop" }),
+      );
+      const n = s.toolCall ? 2 : words.length;
+      frames.push(
+        `data: ${
+          JSON.stringify({
+            id: "up-1",
+            object,
+            created: 1,
+            model: body.model,
+            choices: [],
+            usage: {
+              prompt_tokens: prompt,
+              completion_tokens: n,
+              total_tokens: prompt + n,
+            },
+          })
+        }\n\n`,
+      );
+      frames.push("data: [DONE]\n\n");
+      const contentStart = chat ? 1 : 0;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      let closed = false;
+      const stream = new ReadableStream<Uint8Array>({
+        async start(c) {
+          const wait = (ms: number) =>
+            new Promise<void>((r) => (timer = setTimeout(r, ms)));
+          if (s.killAfter === 0) {
+            c.error(new Error("killed"));
+            return;
+          }
+          if (s.prefillMs) await wait(s.prefillMs);
+          for (let i = 0; i < frames.length && !closed; i++) {
+            const sent = i - contentStart;
+            if (s.killAfter !== undefined && sent >= s.killAfter) {
+              c.error(new Error("killed"));
+              return;
+            }
+            if (s.stallAfter !== undefined && sent >= s.stallAfter) return; // never closes
+            c.enqueue(enc.encode(frames[i]!));
+            if (s.delayMs) await wait(s.delayMs);
+          }
+          if (!closed) c.close();
+        },
+        cancel() {
+          closed = true;
+          clearTimeout(timer);
+          up.aborted++;
+        },
+      });
+      return new Response(stream, {
+        headers: { "content-type": "text/event-stream" },
+      });
+    },
+  );
+  up.url = `http://127.0.0.1:${server.addr.port}`;
+  up.close = async () => {
+    await server.shutdown();
+  };
+  return up;
+}
+
+/** A fleet over fixed nodes (each an upstream URL); `fetchNode` calls the URL directly. */
+export class StaticFleet implements Fleet {
+  nodes: NodeView[] = [];
+  aliases = new Map<string, string>();
+
+  /** Adds a node serving `models` with `slots` slots. */
+  add(id: string, url: string, models: EngineModel[], slots = 8): NodeView {
+    const n: NodeView = {
+      id,
+      name: id,
+      url,
+      engine: "openai",
+      state: "healthy",
+      models,
+      stats: {
+        inFlight: 0,
+        queued: 0,
+        slots,
+        tokensPerSecond: 0,
+        healthy: true,
+      },
+      lastHeartbeatAt: new Date().toISOString(),
+      enrolledAt: new Date().toISOString(),
+    };
+    this.nodes.push(n);
+    for (const m of models) {
+      for (const a of m.aliases ?? []) this.aliases.set(a, m.id);
+    }
+    return n;
+  }
+
+  candidates(model: string): NodeView[] {
+    const id = this.resolveModel(model);
+    return this.nodes.filter((n) =>
+      n.state === "healthy" && n.models.some((m) => m.id === id)
+    );
+  }
+
+  servedModels() {
+    const out = new Map<string, ReturnType<Fleet["servedModels"]>[number]>();
+    for (const n of this.nodes) {
+      if (n.state !== "healthy") continue;
+      for (const m of n.models) {
+        const e = out.get(m.id) ??
+          {
+            id: m.id,
+            aliases: m.aliases ?? [],
+            kind: m.kind,
+            contextLength: m.contextLength,
+            nodeIds: [],
+          };
+        e.nodeIds.push(n.id);
+        out.set(m.id, e);
+      }
+    }
+    return [...out.values()];
+  }
+
+  resolveModel(model: string): string {
+    return this.aliases.get(model) ?? model;
+  }
+
+  fetchNode(
+    nodeId: string,
+    path: string,
+    init: RequestInit,
+  ): Promise<Response> {
+    const n = this.nodes.find((x) => x.id === nodeId);
+    if (!n) return Promise.reject(new Error(`unknown node ${nodeId}`));
+    return fetch(n.url + path, init);
+  }
+}
+
+/** The models the scripted upstream serves by default. */
+export const MODELS: EngineModel[] = [
+  {
+    id: "tiny-chat",
+    loaded: true,
+    kind: "chat",
+    contextLength: 2048,
+    aliases: ["tiny"],
+  },
+  { id: "tiny-embed", loaded: true, kind: "embedding" },
+];
+
+/** A gateway over a scripted upstream, served on loopback, with one tenant and key. */
+export interface World {
+  kv: Deno.Kv;
+  store: Store;
+  gw: Gateway;
+  fleet: StaticFleet;
+  up: ScriptedUpstream;
+  tenant: Tenant;
+  key: string;
+  keyId: string;
+  /** Base URL of the served gateway (`…/v1` is the OpenAI base URL). */
+  url: string;
+  /** Creates another key on `tenant` (or a new tenant). */
+  newKey(
+    input?: Record<string, unknown>,
+    tenantId?: string,
+  ): Promise<{ key: string; id: string }>;
+  /** POSTs JSON with the default key. */
+  post(
+    path: string,
+    body: unknown,
+    headers?: Record<string, string>,
+  ): Promise<Response>;
+  close(): Promise<void>;
+}
+
+/** Builds a world; `limits` become the tenant's limits. */
+export async function createWorld(
+  opts: {
+    limits?: Partial<Limits>;
+    script?: Script;
+    gateway?: GatewayOptions;
+    maxBodyBytes?: number;
+  } = {},
+): Promise<World> {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
+  if (opts.limits) await setTenantLimits(store, SYSTEM, tenant.id, opts.limits);
+  const created = await createApiKey(store, SYSTEM, tenant.id, {
+    name: "test",
+  });
+  const up = scriptedUpstream(opts.script);
+  const fleet = new StaticFleet();
+  fleet.add("node-a", up.url, MODELS);
+  const gw = createGateway(
+    {
+      store,
+      config: testConfig({ maxBodyBytes: opts.maxBodyBytes ?? 64 * 1024 }),
+      fleet,
+    },
+    { logger: silentLogger, ...opts.gateway },
+  );
+  const server = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen() {} },
+    gw.app.fetch,
+  );
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  const world: World = {
+    kv,
+    store,
+    gw,
+    fleet,
+    up,
+    tenant,
+    key: created.key,
+    keyId: created.apiKey.id,
+    url,
+    async newKey(input = {}, tenantId = tenant.id) {
+      const r = await createApiKey(store, SYSTEM, tenantId, {
+        name: "k",
+        ...input,
+      });
+      return { key: r.key, id: r.apiKey.id };
+    },
+    post(path, body, headers = {}) {
+      return fetch(url + path, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${created.key}`,
+          "content-type": "application/json",
+          ...headers,
+        },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+      });
+    },
+    async close() {
+      await server.shutdown();
+      await gw.idle();
+      await up.close();
+      kv.close();
+    },
+  };
+  return world;
+}
+
+/** Reads an SSE response into its `data` payloads and comments. */
+export async function readSSE(
+  res: Response,
+): Promise<{ data: string[]; comments: number; raw: string }> {
+  const raw = await res.text();
+  const data: string[] = [];
+  let comments = 0;
+  for (const line of raw.split("\n")) {
+    if (line.startsWith("data: ")) data.push(line.slice(6));
+    else if (line.startsWith(":")) comments++;
+  }
+  return { data, comments, raw };
+}
