@@ -1,0 +1,135 @@
+import assert from "node:assert/strict";
+import {
+  Admitter,
+  counterValue,
+  countReservations,
+  limitPlan,
+  reclaimExpired,
+  settle,
+  windowOf,
+} from "./quota.ts";
+import { createStore } from "./store.ts";
+import { UNLIMITED } from "./limits.ts";
+
+const req = (
+  plan: ReturnType<typeof limitPlan>,
+  tokens = 10,
+  minTokens = tokens,
+) => ({
+  plan,
+  tokens,
+  minTokens,
+  reclaimTokens: 3,
+  ttlMs: 60_000,
+});
+
+Deno.test("Admitter.admit() admits exactly 100 of 500 concurrent requests against rpm 100", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", { ...UNLIMITED, rpm: 100 }, null);
+  const a = new Admitter(store);
+  const results = await Promise.all(
+    Array.from({ length: 500 }, () => a.admit(req(plan))),
+  );
+  assert.equal(results.filter((r) => r.ok).length, 100);
+  const rejected = results.find((r) => !r.ok);
+  assert.ok(
+    rejected && !rejected.ok && rejected.reason === "rate" &&
+      rejected.retryAfterMs > 0,
+  );
+  assert.equal(
+    await counterValue(store, "t:t1", windowOf("rpm", Date.now())[0]),
+    100,
+  );
+  kv.close();
+});
+
+Deno.test("Admitter.admit() is exact across two admitters sharing one KV (two gateways)", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", { ...UNLIMITED, tokensPerDay: 1000 }, {
+    ...UNLIMITED,
+    concurrency: 1000,
+  });
+  const a = new Admitter(store);
+  const b = new Admitter(store);
+  const results = await Promise.all(
+    Array.from({ length: 200 }, (_, i) => (i % 2 ? a : b).admit(req(plan, 30))),
+  );
+  assert.equal(results.filter((r) => r.ok).length, 33);
+  kv.close();
+});
+
+Deno.test("Admitter.admit() clamps the grant to what remains but never below minTokens", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", { ...UNLIMITED, tpm: 100 }, null);
+  const a = new Admitter(store);
+  const r1 = await a.admit(req(plan, 80, 10));
+  assert.ok(r1.ok && r1.reservation?.tokens === 80);
+  const r2 = await a.admit(req(plan, 80, 10));
+  assert.ok(r2.ok && r2.reservation?.tokens === 20);
+  const r3 = await a.admit(req(plan, 80, 10));
+  assert.ok(!r3.ok);
+  kv.close();
+});
+
+Deno.test("settle() returns unused tokens and the concurrency slot exactly once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    tokensPerDay: 100,
+    concurrency: 1,
+  }, null);
+  const a = new Admitter(store);
+  const r = await a.admit(req(plan, 60));
+  assert.ok(r.ok && r.reservation);
+  assert.ok(!(await a.admit(req(plan, 10))).ok, "concurrency 1 is held");
+  assert.equal(await settle(store, r.reservation, 15), true);
+  assert.equal(
+    await settle(store, r.reservation, 15),
+    false,
+    "second settlement is a no-op",
+  );
+  const day = windowOf("day", Date.now())[0];
+  assert.equal(await counterValue(store, "t:t1", day), 15);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
+Deno.test("reclaimExpired() releases a crashed gateway's reservation after its deadline", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    tokensPerDay: 100,
+    concurrency: 5,
+  }, null);
+  const a = new Admitter(store);
+  const r = await a.admit({ ...req(plan, 50), ttlMs: 1000 });
+  assert.ok(r.ok);
+  assert.equal(
+    await reclaimExpired(store, Date.now()),
+    0,
+    "not before the deadline",
+  );
+  assert.equal(await reclaimExpired(store, Date.now() + 2000), 1);
+  assert.equal(
+    await counterValue(store, "t:t1", windowOf("day", Date.now())[0]),
+    3,
+  );
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  kv.close();
+});
+
+Deno.test("Admitter.admit() throws QuotaUnavailableError when KV is closed", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  kv.close();
+  const plan = limitPlan("t1", "k1", { ...UNLIMITED, rpm: 5 }, null);
+  await assert.rejects(new Admitter(store).admit(req(plan)), {
+    name: "QuotaUnavailableError",
+  });
+});
