@@ -1,0 +1,97 @@
+/** Exactness of admission through the whole gateway under concurrency. */
+import assert from "node:assert/strict";
+import { createWorld } from "../gateway/_testing.ts";
+import { counterValue, countReservations, windowOf } from "../store/quota.ts";
+
+Deno.test("500 concurrent requests against a 100-request window admit exactly 100", async () => {
+  const w = await createWorld({ limits: { rpm: 100 } });
+  try {
+    const body = {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 5,
+    };
+    const statuses = await Promise.all(Array.from({ length: 500 }, async () => {
+      const r = await w.post("/v1/chat/completions", body);
+      await r.body?.cancel();
+      return r.status;
+    }));
+    assert.equal(statuses.filter((s) => s === 200).length, 100);
+    assert.equal(statuses.filter((s) => s === 429).length, 400);
+    assert.equal(w.up.requests.length, 100);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("100 concurrent streams against a small daily quota never exceed it and leave no reservation", async () => {
+  const quota = 2000;
+  const w = await createWorld({
+    limits: { tokensPerDay: quota, concurrency: 50 },
+  });
+  try {
+    const body = {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 20,
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    const billed = await Promise.all(Array.from({ length: 100 }, async () => {
+      const r = await w.post("/v1/chat/completions", body);
+      if (r.status !== 200) {
+        await r.body?.cancel();
+        return 0;
+      }
+      const text = await r.text();
+      const usage = text.split("\n").filter((l) => l.startsWith("data: {")).map(
+        (l) => JSON.parse(l.slice(6)),
+      )
+        .find((c) => c.usage)?.usage;
+      return usage.total_tokens as number;
+    }));
+    await w.gw.idle();
+    const used = await counterValue(
+      w.store,
+      `t:${w.tenant.id}`,
+      windowOf("day", Date.now())[0],
+    );
+    const sum = billed.reduce((a, b) => a + b, 0);
+    assert.ok(sum > 0 && sum <= quota, `billed ${sum}`);
+    assert.equal(used, sum, "the counter holds exactly what was billed");
+    assert.equal(await countReservations(w.store), 0);
+    assert.equal(await counterValue(w.store, `t:${w.tenant.id}`, "conc"), 0);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("key limits are tighter than the tenant's and refused requests consume nothing", async () => {
+  const w = await createWorld({ limits: { rpm: 100 } });
+  try {
+    const tight = await w.newKey({ limits: { rpm: 2 } });
+    const body = {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+    };
+    const codes: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await w.post("/v1/chat/completions", body, {
+        authorization: `Bearer ${tight.key}`,
+      });
+      codes.push(r.status);
+      await r.body?.cancel();
+    }
+    assert.deepEqual(codes, [200, 200, 429]);
+    const r = await w.post("/v1/chat/completions", body);
+    assert.equal(r.status, 200);
+    assert.equal(
+      r.headers.get("x-ratelimit-remaining-requests"),
+      "97",
+      "refused requests consume nothing",
+    );
+    await r.body?.cancel();
+  } finally {
+    await w.close();
+  }
+});
