@@ -1,0 +1,293 @@
+/**
+ * Set-up for fleet and node tests: a real gateway (node-facing API, nodes
+ * admin API, fleet registry) served on loopback over an in-memory KV, and a
+ * scripted OpenAI-compatible upstream that behaves like Exo.
+ */
+import { Hono } from "hono";
+import { testConfig } from "../config.ts";
+import { createNodesAdminApi } from "../fleet/admin_api.ts";
+import { createNodeFacingApi } from "../fleet/node_api.ts";
+import { createFleet, type FleetRegistry } from "../fleet/registry.ts";
+import type { AdminEnv } from "../routes/_env.ts";
+import { errorBody } from "../routes/api/_json.ts";
+import { ServiceError } from "../store/errors.ts";
+import type { Principal } from "../store/principal.ts";
+import { createStore, type Store } from "../store/store.ts";
+import { log } from "../lib/log.ts";
+
+Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
+log.reload();
+
+/** A platform admin, and a tenant admin (sent with `x-test-as: tenant`). */
+export const ADMIN: Principal = {
+  kind: "user",
+  id: "admin-1",
+  label: "root@example.com",
+  role: "platform_admin",
+  tenantId: null,
+  ip: "127.0.0.1",
+};
+const TENANT_ADMIN: Principal = {
+  ...ADMIN,
+  id: "tadmin-1",
+  role: "tenant_admin",
+  tenantId: "t1",
+};
+
+/** A running gateway for tests. */
+export interface TestGateway {
+  url: string;
+  kv: Deno.Kv;
+  store: Store;
+  fleet: FleetRegistry;
+  /** Calls the nodes admin API. */
+  admin(
+    method: string,
+    path: string,
+    body?: unknown,
+    as?: "tenant",
+  ): Promise<Response>;
+  close(): Promise<void>;
+}
+
+/** Starts a gateway on 127.0.0.1 with a random port. */
+export async function startGateway(
+  opts: { allowPrivateNodeUrls?: boolean } = {},
+): Promise<TestGateway> {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const fleet = createFleet({ store, refreshMs: 25 });
+  const app = new Hono();
+  let url = "";
+  const config = testConfig({
+    allowPrivateNodeUrls: opts.allowPrivateNodeUrls ?? false,
+  });
+  const admin = new Hono<AdminEnv>();
+  admin.use("*", async (c, next) => {
+    c.set("principal", c.req.header("x-test-as") ? TENANT_ADMIN : ADMIN);
+    await next();
+  });
+  admin.route(
+    "/",
+    createNodesAdminApi({ store, fleet, config: { publicUrl: "http://gw" } }),
+  );
+  app.route("/api/admin/v1", admin as unknown as Hono);
+  app.route("/api/node/v1", createNodeFacingApi({ store, config }));
+  app.onError((err, c) => {
+    if (err instanceof ServiceError) {
+      return c.json(errorBody(err), err.status as 400);
+    }
+    return c.json({ error: { message: String(err) } }, 500);
+  });
+  const server = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen: () => {} },
+    app.fetch,
+  );
+  url = `http://127.0.0.1:${server.addr.port}`;
+  return {
+    url,
+    kv,
+    store,
+    fleet,
+    admin: (method, path, body, as) =>
+      Promise.resolve(app.request(`/api/admin/v1${path}`, {
+        method,
+        headers: {
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+          ...(as ? { "x-test-as": as } : {}),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      })),
+    async close() {
+      fleet.close();
+      await fleet.refresh();
+      await server.shutdown();
+      kv.close();
+    },
+  };
+}
+
+/** Creates a join token through the admin API; returns the token. */
+export async function joinToken(
+  gw: TestGateway,
+  body: Record<string, unknown> = {},
+): Promise<string> {
+  const res = await gw.admin("POST", "/join-tokens", body);
+  if (res.status !== 201) throw new Error(`join token: ${res.status}`);
+  return (await res.json()).token;
+}
+
+/** Polls `check` until it returns a truthy value or `ms` pass. */
+export async function until<T>(
+  what: string,
+  check: () => T | Promise<T>,
+  ms = 3000,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  while (true) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A scripted Exo-like upstream and what it saw. */
+export interface FakeUpstream {
+  url: string;
+  /** Bodies of non-probe generation requests, in order. */
+  requests: Record<string, unknown>[];
+  /** Resolves the next `hold` request (see below). */
+  release(): void;
+  /** Resolves when a `hold` request has started streaming. */
+  held: Promise<void>;
+  close(): Promise<void>;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * An upstream reproducing Exo's quirks: it lists a model it is not running
+ * (`ghost-model`, which answers 404 with an integer error code), labels
+ * stream chunks `chat.completion`, attaches usage to the last content chunk,
+ * and gives no usage at all on legacy completions. A chat message "hold"
+ * streams one chunk and waits for `release()`.
+ */
+export function startFakeUpstream(): FakeUpstream {
+  const requests: Record<string, unknown>[] = [];
+  let releaseHold = () => {};
+  let heldStarted = () => {};
+  const held = new Promise<void>((r) => heldStarted = r);
+  const gate = new Promise<void>((r) => releaseHold = r);
+  const server = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen: () => {} },
+    async (req) => {
+      const path = new URL(req.url).pathname;
+      if (req.method === "GET" && path === "/v1/models") {
+        return Response.json({
+          object: "list",
+          data: ["tiny-chat", "ghost-model", "nomic-embed"].map((id) => ({
+            id,
+            object: "model",
+          })),
+        });
+      }
+      const body = await req.json();
+      if (body.model === "ghost-model") {
+        return Response.json({
+          error: { message: "Model ghost-model is not running", code: 404 },
+        }, { status: 404 });
+      }
+      if (path === "/v1/embeddings") {
+        if (body.model !== "nomic-embed") {
+          return Response.json({ detail: "not an embedding model" }, {
+            status: 400,
+          });
+        }
+        const inputs = Array.isArray(body.input) ? body.input : [body.input];
+        return Response.json({
+          data: inputs.map((_: unknown, i: number) => ({
+            embedding: [0.5, -1, 0.25],
+            index: i,
+          })),
+          usage: { prompt_tokens: 3, total_tokens: 3 },
+        });
+      }
+      if (body.model === "nomic-embed") {
+        return Response.json({
+          error: { message: "embedding only", code: 400 },
+        }, {
+          status: 400,
+        });
+      }
+      if (body.max_tokens !== 1) requests.push(body);
+      if (body.messages?.[0]?.content === "bad") {
+        return Response.json(
+          { error: { message: "prompt too long", code: 400 } },
+          { status: 400 },
+        );
+      }
+      const hold = body.messages?.[0]?.content === "hold";
+      if (path === "/v1/completions") {
+        const chunks = ["Hello", " world"].map((t, i) => ({
+          id: "cmpl-1",
+          object: "text_completion",
+          created: 1,
+          model: body.model,
+          choices: [{ text: t, index: 0, finish_reason: i ? "stop" : null }],
+        }));
+        return sse([...chunks.map((c) => JSON.stringify(c)), "[DONE]"]);
+      }
+      if (!body.stream) {
+        return Response.json({
+          id: "chatcmpl-x",
+          object: "chat.completion",
+          created: 1,
+          model: body.model,
+          choices: [{ message: { role: "assistant", content: "Hi there" } }],
+          usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 },
+        });
+      }
+      const chunk = (content: string, extra: Record<string, unknown> = {}) =>
+        JSON.stringify({
+          id: "chatcmpl-s",
+          object: "chat.completion", // Exo's label
+          created: 2,
+          model: body.model,
+          choices: [{
+            index: 0,
+            delta: { role: "assistant", content },
+            finish_reason: extra.finish ?? null,
+          }],
+          ...(extra.usage ? { usage: extra.usage } : {}),
+        });
+      const last = chunk(" there", {
+        finish: "stop",
+        usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+      });
+      if (!hold) return sse([chunk("Hi"), last, "[DONE]"]);
+      return new Response(
+        new ReadableStream({
+          async start(ctl) {
+            ctl.enqueue(enc.encode(`data: ${chunk("Hi")}\n\n`));
+            heldStarted();
+            await gate;
+            ctl.enqueue(enc.encode(`data: ${last}\n\ndata: [DONE]\n\n`));
+            ctl.close();
+          },
+        }),
+        { headers: { "content-type": "text/event-stream" } },
+      );
+    },
+  );
+  return {
+    url: `http://127.0.0.1:${server.addr.port}`,
+    requests,
+    release: () => releaseHold(),
+    held,
+    close: async () => {
+      releaseHold();
+      await server.shutdown();
+    },
+  };
+}
+
+function sse(items: string[]): Response {
+  return new Response(items.map((d) => `data: ${d}\n\n`).join(""), {
+    headers: { "content-type": "text/event-stream" },
+  });
+}
+
+/** Reads an SSE body into its `data:` payloads and comment lines. */
+export async function readSse(
+  res: Response,
+): Promise<{ data: string[]; comments: string[] }> {
+  const text = await res.text();
+  const data: string[] = [];
+  const comments: string[] = [];
+  for (const line of text.split("\n")) {
+    if (line.startsWith("data: ")) data.push(line.slice(6));
+    else if (line.startsWith(":")) comments.push(line);
+  }
+  return { data, comments };
+}
