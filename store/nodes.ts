@@ -124,53 +124,52 @@ export async function enrollNode(
   ip: string | null = null,
 ): Promise<NodeRecord> {
   const thumb = await jwkThumbprint(input.publicJwk);
-  const op = store.kv.atomic();
-  const joined = await consumeJoinToken(store, input.token, op);
-  if (!joined.ok) throw new UnauthorizedError(REJECTION[joined.reason]);
-  const now = new Date().toISOString();
-  const node: NodeRecord = {
-    id: newId(),
-    name: input.name ?? input.url,
-    url: input.url,
-    engine: input.engine,
-    publicJwk: { kty: "OKP", crv: "Ed25519", x: input.publicJwk.x },
-    keyThumbprint: thumb,
-    drain: false,
-    models: input.models,
-    enrolledAt: now,
-    joinTokenId: joined.token.id,
-    version: input.version,
-  };
-  sizeCheck(node, "Node record");
-  if (input.probe) sizeCheck(input.probe, "Probe");
-  op.check({ key: k.nodeByKey(thumb), versionstamp: null })
-    .set(k.node(node.id), node).set(k.nodeByKey(thumb), node.id);
-  if (input.probe) op.set(k.nodeProbe(node.id), input.probe);
-  const actor: Principal = {
-    kind: "token",
-    id: `join_token:${joined.token.id}`,
-    label: "join token",
-    role: "platform_admin",
-    tenantId: null,
-    ip,
-  };
-  const { publicJwk: _j, ...after } = node;
-  addAudit(op, actor, {
-    action: "node.enroll",
-    target: { type: "node", id: node.id, label: node.name },
-    tenantId: null,
-    after,
-  });
-  const res = await op.commit();
-  if (!res.ok) {
-    const taken = await store.kv.get(k.nodeByKey(thumb));
-    throw new ConflictError(
-      taken.value
-        ? "This node key is already enrolled; restart the node without a join token"
-        : "Join token was used concurrently; try again",
-    );
+  // A lost race on the token's use count is retried; a taken key is not.
+  for (let attempt = 0; attempt < 8; attempt++) {
+    const op = store.kv.atomic();
+    const joined = await consumeJoinToken(store, input.token, op);
+    if (!joined.ok) throw new UnauthorizedError(REJECTION[joined.reason]);
+    const node: NodeRecord = {
+      id: newId(),
+      name: input.name ?? input.url,
+      url: input.url,
+      engine: input.engine,
+      publicJwk: { kty: "OKP", crv: "Ed25519", x: input.publicJwk.x },
+      keyThumbprint: thumb,
+      drain: false,
+      models: input.models,
+      enrolledAt: new Date().toISOString(),
+      joinTokenId: joined.token.id,
+      version: input.version,
+    };
+    sizeCheck(node, "Node record");
+    if (input.probe) sizeCheck(input.probe, "Probe");
+    op.check({ key: k.nodeByKey(thumb), versionstamp: null })
+      .set(k.node(node.id), node).set(k.nodeByKey(thumb), node.id);
+    if (input.probe) op.set(k.nodeProbe(node.id), input.probe);
+    const actor: Principal = {
+      kind: "token",
+      id: `join_token:${joined.token.id}`,
+      label: "join token",
+      role: "platform_admin",
+      tenantId: null,
+      ip,
+    };
+    const { publicJwk: _j, ...after } = node;
+    addAudit(op, actor, {
+      action: "node.enroll",
+      target: { type: "node", id: node.id, label: node.name },
+      tenantId: null,
+      after,
+    });
+    if ((await op.commit()).ok) return node;
+    if ((await store.kv.get(k.nodeByKey(thumb))).value) {
+      throw new ConflictError(
+        "This node key is already enrolled; restart the node without a join token",
+      );
+    }
   }
-  return node;
+  throw new ConflictError("Join token is in heavy use; try again");
 }
 
 /** Reads a node record, or null. */
