@@ -7,7 +7,13 @@
 import { loadConfig } from "./config.ts";
 import { buildIslands } from "./lib/islands_build.ts";
 import { log } from "./lib/log.ts";
-import { createOrchardApp } from "./server.tsx";
+import { createOrchard } from "./orchard.ts";
+import { loadIdentity } from "./node/identity.ts";
+import { startNodeWorker } from "./node/worker.ts";
+import { createJoinToken } from "./store/join_tokens.ts";
+import { getNodeRecord } from "./store/nodes.ts";
+import { SYSTEM } from "./store/principal.ts";
+import type { Store } from "./store/store.ts";
 import { registerEnvAdminToken } from "./store/admin_tokens.ts";
 import { bootstrapAdmin } from "./store/sessions.ts";
 import { createStore } from "./store/store.ts";
@@ -18,6 +24,50 @@ async function openKv(dataDir: string, kvUrl: string | null): Promise<Deno.Kv> {
   if (dataDir === ":memory:") return await Deno.openKv(":memory:");
   await Deno.mkdir(dataDir, { recursive: true });
   return await Deno.openKv(`${dataDir.replace(/\/+$/, "")}/orchard.kv`);
+}
+
+/**
+ * Starts the in-process node worker of `deno task start`: it enrolls with
+ * this gateway over loopback (with a join token made here, only when it is
+ * not enrolled yet) and serves the models in ORCHARD_MODELS_DIR.
+ */
+async function startLocalNode(
+  store: Store,
+  port: number,
+  dataDir: string,
+  modelsDir: string,
+) {
+  const gatewayUrl = `http://127.0.0.1:${port}`;
+  const stateDir = Deno.env.get("ORCHARD_NODE_STATE_DIR") ||
+    `${dataDir === ":memory:" ? await Deno.makeTempDir() : dataDir}/local-node`;
+  const identity = await loadIdentity(stateDir);
+  const enrolled = identity.enrollment?.gatewayUrl === gatewayUrl &&
+    await getNodeRecord(store, identity.enrollment.nodeId) !== null;
+  const joinToken = enrolled
+    ? null
+    : (await createJoinToken(store, { ...SYSTEM, label: "local node" }, {
+      ttlSeconds: 300,
+    })).token;
+  const engine = (Deno.env.get("ORCHARD_NODE_ENGINE") ?? "llama") as
+    | "llama"
+    | "openai";
+  const node = await startNodeWorker({
+    gatewayUrl,
+    joinToken,
+    engine,
+    modelsDir,
+    upstreamUrl: Deno.env.get("ORCHARD_UPSTREAM_URL") || null,
+    host: "127.0.0.1",
+    port: Number(Deno.env.get("ORCHARD_NODE_PORT") || 0),
+    name: Deno.env.get("ORCHARD_NODE_NAME") || "local",
+    stateDir,
+  });
+  log.info("local node serving", {
+    nodeId: node.nodeId,
+    url: node.url,
+    engine,
+  });
+  return node;
 }
 
 if (import.meta.main) {
@@ -33,8 +83,8 @@ if (import.meta.main) {
     log.info("created the first platform admin", { email: boot.created });
   }
   const islands = await buildIslands();
-  const deps = { store, config };
-  const app = createOrchardApp(deps, islands);
+  const orchard = createOrchard({ store, config, islands });
+  const app = orchard.app;
   const server = Deno.serve({
     port: config.port,
     hostname: config.hostname,
@@ -47,8 +97,25 @@ if (import.meta.main) {
       }
     },
   }, app.fetch);
+  const localNode = config.localNode
+    ? await startLocalNode(
+      store,
+      config.port === 0 ? server.addr.port : config.port,
+      config.dataDir,
+      config.modelsDir,
+    )
+      .catch((err) => {
+        log.error(
+          "the local node did not start; the portal and gateway keep running",
+          { error: String(err?.message ?? err) },
+        );
+        return null;
+      })
+    : null;
   const stop = async () => {
+    await localNode?.close();
     await server.shutdown();
+    await orchard.close();
     kv.close();
     Deno.exit(0);
   };

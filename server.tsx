@@ -28,6 +28,8 @@ import { tenantRoutes } from "./routes/tenants.tsx";
 
 /** Extra pieces mounted next to the portal and admin API. */
 export interface OrchardExtras {
+  /** The gateway app, handed `/v1/*` and `/metrics` requests whole (its errors stay OpenAI-shaped). */
+  gateway?: Hono;
   /** Sub-apps mounted at the root before the portal (gateway `/v1`, `/metrics`, `/api/node/v1`). */
   parts?: AppPart[];
   /** Sub-apps mounted under `/api/admin/v1` after admin authentication. */
@@ -49,6 +51,13 @@ export function createOrchardApp(
     ctx.set("islands", islands);
     await next();
   });
+  const gateway = extras.gateway;
+  if (gateway) {
+    const toGateway = (c: Context) => gateway.fetch(c.req.raw, c.env);
+    app.all("/v1/*", toGateway);
+    app.all("/v1", toGateway);
+    app.get("/metrics", toGateway);
+  }
   for (const part of extras.parts ?? []) app.route(part.path, part.app);
 
   const admin = createAdminApi();
