@@ -250,7 +250,9 @@ export function nodeState(
     if (status?.drainState === "drained") return "drained";
     return online ? "draining" : "unhealthy";
   }
-  return online && status!.stats.healthy ? "healthy" : "unhealthy";
+  if (!online || !status!.stats.healthy) return "unhealthy";
+  // Undrained but the node has not heard yet: it still refuses work.
+  return status!.drainState === "none" ? "healthy" : "draining";
 }
 
 async function detail(
