@@ -99,8 +99,7 @@ export async function startGateway(
         body: body === undefined ? undefined : JSON.stringify(body),
       })),
     async close() {
-      fleet.close();
-      await fleet.refresh();
+      await fleet.close();
       await server.shutdown();
       kv.close();
     },

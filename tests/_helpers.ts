@@ -2,7 +2,8 @@
 import { testConfig } from "../config.ts";
 import type { Config } from "../config.ts";
 import type { IslandManifest } from "../lib/islands_build.ts";
-import { createOrchardApp, type OrchardExtras } from "../server.tsx";
+import { createOrchard } from "../orchard.ts";
+import type { OrchardExtras } from "../server.tsx";
 import { createAdminToken } from "../store/admin_tokens.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
@@ -21,13 +22,14 @@ export const TEST_ISLANDS: IslandManifest = {
 export interface TestWorld {
   kv: Deno.Kv;
   store: Store;
-  app: ReturnType<typeof createOrchardApp>;
+  app: ReturnType<typeof createOrchard>["app"];
+  orchard: ReturnType<typeof createOrchard>;
   config: Config;
   tokens: { platform: string; adminA: string; viewerA: string };
   tenantA: Tenant;
   tenantB: Tenant;
   password: string;
-  close(): void;
+  close(): Promise<void>;
 }
 
 /** Builds a world with two tenants and an admin token per role. */
@@ -41,11 +43,14 @@ export async function createWorld(
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const config = testConfig(opts.config);
-  const app = createOrchardApp(
-    { store, config },
-    opts.islands ?? TEST_ISLANDS,
-    opts.extras,
-  );
+  const orchard = createOrchard({
+    store,
+    config,
+    islands: opts.islands ?? TEST_ISLANDS,
+    portalParts: opts.extras?.portalParts,
+    adminParts: opts.extras?.adminParts,
+  });
+  const app = orchard.app;
   const tenantA = await createTenant(store, SYSTEM, {
     name: "Acme",
     slug: "acme",
@@ -92,12 +97,16 @@ export async function createWorld(
     kv,
     store,
     app,
+    orchard,
     config,
     tokens: { platform, adminA, viewerA },
     tenantA,
     tenantB,
     password,
-    close: () => kv.close(),
+    close: async () => {
+      await orchard.close();
+      kv.close();
+    },
   };
 }
 

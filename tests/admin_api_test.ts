@@ -37,7 +37,7 @@ Deno.test("admin API: tenants can be created, read by id or slug, listed, rename
   const search = await (await api(w, "GET", "/tenants?search=initr", platform))
     .json();
   assert.deepEqual(search.items.map((x: { id: string }) => x.id), [t.id]);
-  w.close();
+  await w.close();
 });
 
 Deno.test("admin API: errors are JSON with status, message and field", async () => {
@@ -113,7 +113,7 @@ Deno.test("admin API: errors are JSON with status, message and field", async () 
     assert.ok(body.error.message.length > 0);
     assert.equal(body.error.field, field);
   }
-  w.close();
+  await w.close();
 });
 
 Deno.test("admin API: limits and keys round-trip; the key appears only in the 201 response", async () => {
@@ -178,7 +178,7 @@ Deno.test("admin API: limits and keys round-trip; the key appears only in the 20
     ["key.revoke", "key.create", "limits.set"],
   );
   assert.ok(!JSON.stringify(audit).includes(key.key));
-  w.close();
+  await w.close();
 });
 
 Deno.test("admin API: invites produce a one-time link; openapi.json documents every admin route", async () => {
@@ -223,5 +223,5 @@ Deno.test("admin API: invites produce a one-time link; openapi.json documents ev
       `undocumented: ${r.method} ${path}`,
     );
   }
-  w.close();
+  await w.close();
 });

@@ -55,6 +55,21 @@ const COVERAGE: Record<string, Cover> = {
     kind: "tenant-b",
   },
   "GET /audit": { kind: "own" },
+  // fleet (platform admins only) and the node-facing API (node JWTs only)
+  "GET /metrics": { kind: "platform-only" },
+  "POST /api/node/v1/enroll": { kind: "platform-only" },
+  "POST /api/node/v1/heartbeat": { kind: "platform-only" },
+  "POST /api/admin/v1/join-tokens": { kind: "platform-only" },
+  "GET /api/admin/v1/join-tokens": { kind: "platform-only" },
+  "GET /api/admin/v1/nodes": { kind: "platform-only" },
+  "GET /api/admin/v1/nodes/:id": { kind: "platform-only" },
+  "POST /api/admin/v1/nodes/:id/drain": { kind: "platform-only" },
+  "POST /api/admin/v1/nodes/:id/undrain": { kind: "platform-only" },
+  "DELETE /api/admin/v1/nodes/:id": { kind: "platform-only" },
+  "POST /api/admin/v1/links/test": { kind: "platform-only" },
+  "POST /api/admin/v1/links/test-all": { kind: "platform-only" },
+  "GET /api/admin/v1/links": { kind: "platform-only" },
+  "GET /api/admin/v1/links/progress": { kind: "platform-only" },
 };
 
 interface Caller {
@@ -224,7 +239,7 @@ Deno.test("authorization matrix: no route leaks or changes tenant B's data for A
   }
   assert.equal(await secrets.snapshot(), before, "tenant B's data changed");
   assert.ok(checked >= seen.size * 3);
-  w.close();
+  await w.close();
 });
 
 Deno.test("authorization matrix: the platform admin does see tenant B", async () => {
@@ -241,5 +256,5 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
     assert.equal(res.status, 200);
     assert.ok((await res.text()).includes(w.tenantB.id));
   }
-  w.close();
+  await w.close();
 });

@@ -122,6 +122,6 @@ Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a
     assert.match(denied.stderr, /401/);
   } finally {
     await server.shutdown();
-    w.close();
+    await w.close();
   }
 });

@@ -213,6 +213,89 @@ export function openApiDocument() {
           ],
         }),
       },
+      "/join-tokens": {
+        get: op("List live join tokens", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+        post: op(
+          "Create a node join token (`id.secret`, shown once) and the command to run on the Mac",
+          {
+            status: "201",
+            schema: {
+              type: "object",
+              properties: {
+                token: { type: "string" },
+                command: { type: "string" },
+              },
+            },
+          },
+          {
+            requestBody: json({
+              type: "object",
+              properties: {
+                uses: { type: "integer", minimum: 1, default: 1 },
+                ttlSeconds: { type: "integer", maximum: 86400, default: 3600 },
+              },
+            }),
+          },
+        ),
+      },
+      "/nodes": {
+        get: op("List nodes with state, load and hardware", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
+      "/nodes/{id}": {
+        parameters: [idParam("id", "Node id")],
+        get: op("Read a node", { status: "200", schema: ref("Node") }),
+        delete: op("Remove a node and everything about it", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
+      "/nodes/{id}/drain": {
+        parameters: [idParam("id", "Node id")],
+        post: op("Drain: no new work; finish in-flight, then report drained", {
+          status: "200",
+          schema: ref("Node"),
+        }),
+      },
+      "/nodes/{id}/undrain": {
+        parameters: [idParam("id", "Node id")],
+        post: op("Take new work again", { status: "200", schema: ref("Node") }),
+      },
+      "/links": {
+        get: op("Latest link test per node pair (orchard.linktest/1)", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
+      "/links/test": {
+        post: op("Run a link test between two nodes", {
+          status: "200",
+          schema: { type: "object" },
+        }, {
+          requestBody: json({
+            type: "object",
+            required: ["a", "b"],
+            properties: { a: { type: "string" }, b: { type: "string" } },
+          }),
+        }),
+      },
+      "/links/test-all": {
+        post: op("Test all pairs, one at a time, in the background", {
+          status: "202",
+          schema: { type: "object" },
+        }),
+      },
+      "/links/progress": {
+        get: op("Progress of the running all-pairs test", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
       ...extraPaths,
     },
     components: {
@@ -269,6 +352,11 @@ export function openApiDocument() {
             createdAt: { type: "string" },
             lastUsedAt: { type: ["string", "null"] },
           },
+        },
+        Node: {
+          type: "object",
+          description:
+            "A node: id, name, url, engine, state (healthy, unhealthy, draining, drained), models, stats, probe",
         },
         User: {
           type: "object",
