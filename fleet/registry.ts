@@ -35,8 +35,8 @@ export interface FleetRegistry extends Fleet {
   nodes(): NodeView[];
   /** Re-reads KV now (tests, and after admin changes on this instance). */
   refresh(): Promise<void>;
-  /** Stops refreshing; idempotent. */
-  close(): void;
+  /** Stops refreshing (resolves once a refresh in progress ends); idempotent. */
+  close(): Promise<void>;
 }
 
 const NO_STATS: EngineStats = {
@@ -195,9 +195,10 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       return [...records.values()].map((r) => view(r, now));
     },
     refresh,
-    close() {
+    async close() {
       closed = true;
       clearTimeout(timer);
+      await inflight?.catch(() => {});
     },
   };
 }

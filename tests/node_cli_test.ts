@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { parseNodeArgs } from "../node/main.ts";
+
+Deno.test("parseNodeArgs() reads flags, falls back to environment variables, and validates", () => {
+  const env: Record<string, string> = {
+    ORCHARD_GATEWAY_URL: "http://env-gw:8000",
+    ORCHARD_NODE_ENGINE: "openai",
+    ORCHARD_UPSTREAM_URL: "http://127.0.0.1:52415",
+    ORCHARD_NODE_PORT: "9000",
+    ORCHARD_NODE_STATE_DIR: "/tmp/state",
+  };
+  const get = (n: string) => env[n];
+  const o = parseNodeArgs([
+    "--gateway",
+    "http://gw:8000",
+    "--join",
+    "a.b",
+    "--slots",
+    "2",
+  ], get);
+  assert.equal(o.gatewayUrl, "http://gw:8000");
+  assert.equal(o.joinToken, "a.b");
+  assert.equal(o.engine, "openai");
+  assert.equal(o.upstreamUrl, "http://127.0.0.1:52415");
+  assert.equal(o.port, 9000);
+  assert.equal(o.slots, 2);
+  assert.equal(o.stateDir, "/tmp/state");
+  assert.equal(o.heartbeatMs, 2000);
+  assert.equal(o.host, "0.0.0.0");
+
+  const d = parseNodeArgs(["--gateway", "http://gw"], () => undefined);
+  assert.equal(d.engine, "llama");
+  assert.equal(d.joinToken, null);
+  assert.match(d.stateDir!, /\.orchard\/node$/);
+
+  assert.throws(
+    () => parseNodeArgs([], () => undefined),
+    /--gateway URL is required/,
+  );
+  assert.throws(
+    () =>
+      parseNodeArgs(["--gateway", "x", "--engine", "vllm"], () => undefined),
+    /llama or openai/,
+  );
+  assert.throws(
+    () => parseNodeArgs(["--gateway", "x", "--port", "70000"], () => undefined),
+    /0\.\.65535/,
+  );
+  assert.throws(() =>
+    parseNodeArgs(["--gateway", "x", "--bogus", "1"], () => undefined)
+  );
+});
