@@ -2,6 +2,7 @@
 import { testConfig } from "../config.ts";
 import type { Config } from "../config.ts";
 import type { IslandManifest } from "../lib/islands_build.ts";
+import { log } from "../lib/log.ts";
 import { createOrchard } from "../orchard.ts";
 import type { OrchardExtras } from "../server.tsx";
 import { createAdminToken } from "../store/admin_tokens.ts";
@@ -11,6 +12,7 @@ import { createTenant, type Tenant } from "../store/tenants.ts";
 import { createUser } from "../store/users.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
+log.reload();
 
 /** Island scripts as URLs (pages render tags for them; tests that run JS build them for real). */
 export const TEST_ISLANDS: IslandManifest = {

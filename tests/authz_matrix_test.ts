@@ -111,12 +111,12 @@ async function seedB(
     name: "globex-prod-key",
   });
   await setTenantLimits(w.store, SYSTEM, b.id, { rpm: 777 });
-  await createUser(w.store, SYSTEM, {
+  bUserId = (await createUser(w.store, SYSTEM, {
     email: "boss@globex.test",
     password: w.password,
     role: "tenant_admin",
     tenantId: b.id,
-  });
+  })).id;
   const snapshot = async () => {
     const parts: unknown[] = [];
     for (
