@@ -19,9 +19,11 @@ function threshold(): number {
   return LEVELS[raw as keyof typeof LEVELS] ?? LEVELS.info;
 }
 
-let min = threshold();
+// Read on first use, so a test can set the level after its imports ran.
+let min: number | null = null;
 
 function write(level: Level, msg: string, fields?: Record<string, unknown>) {
+  min ??= threshold();
   if (LEVELS[level] < min) return;
   console.error(
     JSON.stringify({ t: new Date().toISOString(), level, msg, ...fields }),
