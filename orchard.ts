@@ -62,7 +62,7 @@ export function createOrchard(opts: OrchardOptions): Orchard {
     fleet,
     gateway,
     close: async () => {
-      fleet.close();
+      await fleet.close();
       await gateway.idle();
     },
   };
