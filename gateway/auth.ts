@@ -5,7 +5,7 @@
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";
-import { getTenantLimitsRaw } from "../store/limits.ts";
+import { getTenantLimitsRaw, type Limits } from "../store/limits.ts";
 import { type LimitPlan, limitPlan } from "../store/quota.ts";
 import type { Scope } from "../store/schemas.ts";
 import type { Store } from "../store/store.ts";
@@ -43,6 +43,10 @@ export class KeyCache {
   readonly #ttlMs: number;
   readonly #max: number;
   readonly #map = new Map<string, Entry>();
+  readonly #tenants = new Map<
+    string,
+    { at: number; value: Promise<[Tenant | null, Limits]> }
+  >();
 
   constructor(
     store: Store,
@@ -80,6 +84,7 @@ export class KeyCache {
   /** Forgets every cached entry. */
   clear(): void {
     this.#map.clear();
+    this.#tenants.clear();
   }
 
   #evict(now: number): void {
@@ -87,6 +92,20 @@ export class KeyCache {
       if (now - e.at >= this.#ttlMs) this.#map.delete(k);
     }
     if (this.#map.size >= this.#max) this.#map.clear();
+  }
+
+  /** A tenant and its limits, cached per tenant for the same ≤ 1 s. */
+  #tenant(id: string, now: number): Promise<[Tenant | null, Limits]> {
+    const c = this.#tenants.get(id);
+    if (c && now - c.at < this.#ttlMs) return c.value;
+    if (this.#tenants.size >= this.#max) this.#tenants.clear();
+    const value = Promise.all([
+      getTenantRaw(this.#store, id),
+      getTenantLimitsRaw(this.#store, id),
+    ]);
+    this.#tenants.set(id, { at: now, value });
+    value.catch(() => this.#tenants.delete(id));
+    return value;
   }
 
   async #load(raw: string, now: number): Promise<AuthContext | OpenAIError> {
@@ -101,10 +120,7 @@ export class KeyCache {
       );
     }
     const key = r.key;
-    const [tenant, limits] = await Promise.all([
-      getTenantRaw(this.#store, key.tenantId),
-      getTenantLimitsRaw(this.#store, key.tenantId),
-    ]);
+    const [tenant, limits] = await this.#tenant(key.tenantId, now);
     if (!tenant) return invalidKey();
     if (tenant.status !== "active") {
       return new OpenAIError(

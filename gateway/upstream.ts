@@ -123,6 +123,7 @@ export class Upstream {
       o.totalTimeoutMs,
     );
     let closed = false;
+    let done = false;
     const call: UpstreamCall = {
       lease,
       abort,
@@ -132,9 +133,7 @@ export class Upstream {
         closed = true;
         clearTimeout(total);
         signal.removeEventListener("abort", onClient);
-        if (!abort.signal.aborted) {
-          abort.abort(new DOMException("done", "AbortError"));
-        }
+        if (!abort.signal.aborted && !done) abort.abort(); // free the node at once
         lease.release();
       },
     };
@@ -186,6 +185,7 @@ export class Upstream {
         return Object.assign(call, { kind: "stream" as const, reader, first });
       }
       const json = await readJson(res, o);
+      done = true; // body fully read: nothing to abort
       return Object.assign(call, { kind: "json" as const, json });
     } catch (e) {
       clearTimeout(total);

@@ -8,10 +8,15 @@
  * admissions of one tenant are queued and coalesced: one commit admits a
  * whole batch, so a hot key does not collapse under retries.
  *
- * Settlement replaces the reservation by the actual usage with blind `sum`
- * mutations (u64 sums wrap, so adding 2^64 − x subtracts x) guarded by the
- * reservation's versionstamp: a reservation is settled exactly once, either
- * by its request or, after its deadline, by `reclaimExpired`.
+ * Each window has two counters: `A` (admitted, only ever `set` by admission
+ * under a `check`) and `R` (released, only ever increased by blind `sum`s
+ * when a request settles). Usage = A − R. Settlement never conflicts with
+ * admission, and admission needs no read on the hot path: A's value and
+ * versionstamp are cached from this process's own commits (a stale entry
+ * fails its `check` and is re-read), and R may be read stale because it only
+ * grows (stale R over-counts usage: conservative), re-read before refusing.
+ * A reservation is settled exactly once (guarded by its versionstamp),
+ * either by its request or, after its deadline, by `reclaimExpired`.
  */
 import { newIdAt } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -97,7 +102,6 @@ interface StoredReservation {
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
-const MAX_U64 = 1n << 64n;
 
 /** Builds the rules of a (tenant, key) from their limits; nulls are skipped. */
 export function limitPlan(
@@ -148,14 +152,13 @@ export function windowOf(kind: RuleKind, now: number): [string, number] {
 const isTokenRule = (kind: RuleKind) =>
   kind === "tpm" || kind === "day" || kind === "month";
 
+const ABSENT = { value: 0, versionstamp: null } as const;
+
+/** The release counter's window name for an admission window. */
+const rel = (window: string) => `${window}:r`;
+
 function u64(v: unknown): number {
   return v instanceof Deno.KvU64 ? Number(v.value) : 0;
-}
-
-/** Adds `delta` (possibly negative) as a wrapping u64 sum. */
-function sumOf(delta: number): bigint {
-  const d = BigInt(Math.trunc(delta));
-  return d >= 0n ? d : MAX_U64 + d;
 }
 
 interface Pending {
@@ -170,6 +173,11 @@ export class Admitter {
   readonly #queues = new Map<string, Pending[]>();
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
+  readonly #admitted = new Map<
+    string,
+    { value: number; versionstamp: string | null }
+  >();
+  readonly #releasedCache = new Map<string, { value: number; at: number }>();
 
   constructor(
     store: Store,
@@ -229,45 +237,140 @@ export class Admitter {
 
   async #commit(reqs: AdmissionRequest[]): Promise<Admission[]> {
     const plan = reqs[0]!.plan;
+    const kv = this.#store.kv;
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       const now = Date.now();
       const wins = plan.rules.map((r) => windowOf(r.kind, now));
       const keys = plan.rules.map((r, i) =>
         k.quotaCounter(r.subject, wins[i]![0])
       );
-      const entries = await this.#store.kv.getMany(keys);
-      const cur = entries.map((e) => u64(e.value));
-      const start = [...cur];
-      const out: Admission[] = [];
-      const op = this.#store.kv.atomic();
-      let admitted = 0;
-      for (const req of reqs) {
-        out.push(this.#decide(req, cur, wins, now, op));
-        if (out[out.length - 1]!.ok) admitted++;
+      const ids = keys.map((key) => `${key[1]}\u0000${key[2]}`);
+      // Admission counters: cached from our own commits, else read.
+      // A counter not cached yet is first assumed absent (`check` with a null
+      // versionstamp): if it exists the commit fails and it is read below.
+      let entries = ids.map((id) =>
+        this.#admitted.get(id) ?? (attempt === 0 ? ABSENT : undefined)
+      );
+      if (entries.some((e) => !e)) {
+        const read = await kv.getMany<Deno.KvU64[]>(keys);
+        entries = read.map((e, i) => {
+          const c = { value: u64(e.value), versionstamp: e.versionstamp };
+          this.#cacheAdmitted(ids[i]!, c);
+          return c;
+        });
       }
-      if (admitted === 0) return out;
+      let released = await this.#released(plan.rules, wins, now, false);
+      let out = this.#decideAll(reqs, entries, released, wins, now);
+      if (out.admissions.some((a) => !a.ok) && !released.fresh) {
+        released = await this.#released(plan.rules, wins, now, true);
+        out = this.#decideAll(reqs, entries, released, wins, now);
+      }
+      if (out.admitted === 0) return out.admissions;
+      const op = out.op;
       plan.rules.forEach((r, i) => {
-        op.check(entries[i]!);
-        if (cur[i] !== start[i]) {
+        op.check({ key: keys[i]!, versionstamp: entries[i]!.versionstamp });
+        if (out.added[i]! > 0) {
           const expireIn = r.kind === "concurrency"
             ? undefined
             : wins[i]![1] - now + DAY;
-          op.set(keys[i]!, new Deno.KvU64(BigInt(cur[i]!)), { expireIn });
+          op.set(
+            keys[i]!,
+            new Deno.KvU64(BigInt(entries[i]!.value + out.added[i]!)),
+            { expireIn },
+          );
         }
       });
       const res = await op.commit();
       if (res.ok) {
-        for (const a of out) {
+        plan.rules.forEach((_, i) => {
+          if (out.added[i]! > 0) {
+            this.#cacheAdmitted(ids[i]!, {
+              value: entries[i]!.value + out.added[i]!,
+              versionstamp: res.versionstamp,
+            });
+          }
+        });
+        for (const a of out.admissions) {
           if (a.ok && a.reservation) {
             a.reservation.versionstamp = res.versionstamp;
           }
         }
-        return out;
+        return out.admissions;
       }
+      for (const id of ids) this.#admitted.delete(id); // another instance moved: re-read
     }
     throw new QuotaUnavailableError(
       "Cannot admit: the quota counters stayed contended",
     );
+  }
+
+  #cacheAdmitted(
+    id: string,
+    c: { value: number; versionstamp: string | null },
+  ): void {
+    if (this.#admitted.size >= 100_000) this.#admitted.clear();
+    this.#admitted.set(id, c);
+  }
+
+  /** Release counters (0 for rpm): as last seen, or read when `fresh`. */
+  async #released(
+    rules: Rule[],
+    wins: [string, number][],
+    now: number,
+    fresh: boolean,
+  ): Promise<{ values: number[]; fresh: boolean }> {
+    const values = rules.map(() => 0);
+    const need: number[] = [];
+    rules.forEach((r, i) => {
+      if (r.kind === "rpm") return;
+      // R only grows, so a stale or unknown (0) value over-counts usage:
+      // safe for admitting; it is read before anything is refused.
+      const c = this.#releasedCache.get(`${r.subject}\u0000${wins[i]![0]}`);
+      if (!fresh) values[i] = c?.value ?? 0;
+      else need.push(i);
+    });
+    if (need.length > 0) {
+      const read = await this.#store.kv.getMany(
+        need.map((i) => k.quotaCounter(rules[i]!.subject, rel(wins[i]![0]))),
+      );
+      if (this.#releasedCache.size >= 100_000) this.#releasedCache.clear();
+      need.forEach((i, j) => {
+        values[i] = u64(read[j]!.value);
+        this.#releasedCache.set(`${rules[i]!.subject}\u0000${wins[i]![0]}`, {
+          value: values[i]!,
+          at: now,
+        });
+      });
+    }
+    return {
+      values,
+      fresh: need.length === rules.filter((r) => r.kind !== "rpm").length,
+    };
+  }
+
+  #decideAll(
+    reqs: AdmissionRequest[],
+    entries: ({ value: number } | undefined)[],
+    released: { values: number[] },
+    wins: [string, number][],
+    now: number,
+  ) {
+    const cur = entries.map((e, i) => e!.value - released.values[i]!);
+    const start = [...cur];
+    const op = this.#store.kv.atomic();
+    const admissions: Admission[] = [];
+    let admitted = 0;
+    for (const req of reqs) {
+      const a = this.#decide(req, cur, wins, now, op);
+      admissions.push(a);
+      if (a.ok) admitted++;
+    }
+    return {
+      admissions,
+      admitted,
+      op,
+      added: cur.map((v, i) => v - start[i]!),
+    };
   }
 
   /** Decides one request against the running counters, adding its reservation to `op`. */
@@ -408,10 +511,10 @@ function applyRelease(
   const used = Math.max(0, Math.min(granted, Math.ceil(actual)));
   if (used !== granted) {
     for (const [s, w] of tokenCounters) {
-      op.sum(k.quotaCounter(s, w), sumOf(used - granted));
+      op.sum(k.quotaCounter(s, rel(w)), BigInt(granted - used));
     }
   }
-  for (const [s, w] of concCounters) op.sum(k.quotaCounter(s, w), sumOf(-1));
+  for (const [s, w] of concCounters) op.sum(k.quotaCounter(s, rel(w)), 1n);
 }
 
 /**
@@ -443,13 +546,17 @@ export async function reclaimExpired(
   return n;
 }
 
-/** Reads a counter's current value (tests and the portal). */
+/** Reads a window's current usage, admitted minus released (tests and the portal). */
 export async function counterValue(
   store: Store,
   subject: string,
   window: string,
 ): Promise<number> {
-  return u64((await store.kv.get(k.quotaCounter(subject, window))).value);
+  const [a, r] = await store.kv.getMany([
+    k.quotaCounter(subject, window),
+    k.quotaCounter(subject, rel(window)),
+  ]);
+  return u64(a!.value) - u64(r!.value);
 }
 
 /** Counts reservations still held (tests and diagnostics). */

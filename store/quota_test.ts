@@ -96,6 +96,10 @@ Deno.test("settle() returns unused tokens and the concurrency slot exactly once"
   assert.equal(await counterValue(store, "t:t1", day), 15);
   assert.equal(await counterValue(store, "t:t1", "conc"), 0);
   assert.equal(await countReservations(store), 0);
+  assert.ok(
+    (await a.admit(req(plan, 10))).ok,
+    "the released slot is seen before refusing",
+  );
   kv.close();
 });
 

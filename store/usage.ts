@@ -84,30 +84,38 @@ export async function writeUsage(
   records: UsageRecord[],
 ): Promise<void> {
   if (records.length === 0) return;
-  const sums = new Map<string, { key: Deno.KvKey; n: bigint }>();
-  const add = (key: Deno.KvKey, n: number) => {
-    if (n <= 0) return;
-    const id = JSON.stringify(key);
-    const e = sums.get(id);
-    if (e) e.n += BigInt(Math.round(n));
-    else sums.set(id, { key, n: BigInt(Math.round(n)) });
-  };
+  // Aggregate per rollup group first: one `sum` per counter key per batch.
+  const groups = new Map<
+    string,
+    { key: (f: string) => Deno.KvKey; f: Map<string, number> }
+  >();
   for (const r of records) {
     const t = Date.parse(r.at);
+    const fields: [string, number][] = [
+      ["requests", 1],
+      ["prompt", r.promptTokens],
+      ["completion", r.completionTokens],
+      ["latency_sum", r.latencyMs],
+      [`lat_${bucketOf(r.latencyMs)}`, 1],
+    ];
+    if (r.outcome !== "ok") fields.push(["errors", 1]);
+    if (r.ttftMs !== null) {
+      fields.push(["ttft_sum", r.ttftMs], [`ttft_${bucketOf(r.ttftMs)}`, 1]);
+    }
     for (const g of ["hour", "day"] as const) {
       const b = timeBucket(g, t);
       for (const [dim, subject] of subjects(r)) {
-        const key = (f: string) => k.usageRollup(g, dim, subject, b, f);
-        add(key("requests"), 1);
-        if (r.outcome !== "ok") add(key("errors"), 1);
-        add(key("prompt"), r.promptTokens);
-        add(key("completion"), r.completionTokens);
-        add(key("latency_sum"), r.latencyMs);
-        add(key(`lat_${bucketOf(r.latencyMs)}`), 1);
-        if (r.ttftMs !== null) {
-          add(key("ttft_sum"), r.ttftMs);
-          add(key("ttft_count"), 1);
-          add(key(`ttft_${bucketOf(r.ttftMs)}`), 1);
+        const id = `${g}|${dim}|${subject}|${b}`;
+        let grp = groups.get(id);
+        if (!grp) {
+          grp = {
+            key: (f: string) => k.usageRollup(g, dim, subject, b, f),
+            f: new Map(),
+          };
+          groups.set(id, grp);
+        }
+        for (const [name, n] of fields) {
+          grp.f.set(name, (grp.f.get(name) ?? 0) + n);
         }
       }
     }
@@ -127,9 +135,12 @@ export async function writeUsage(
     });
     if (++n >= MAX_MUTATIONS) await flush();
   }
-  for (const { key, n: v } of sums.values()) {
-    op.sum(key, v);
-    if (++n >= MAX_MUTATIONS) await flush();
+  for (const grp of groups.values()) {
+    for (const [name, v] of grp.f) {
+      if (v <= 0) continue;
+      op.sum(grp.key(name), BigInt(Math.round(v)));
+      if (++n >= MAX_MUTATIONS) await flush();
+    }
   }
   await flush();
 }
@@ -200,7 +211,6 @@ const FIELD: Record<string, keyof UsagePoint> = {
   completion: "completionTokens",
   latency_sum: "latencyMsSum",
   ttft_sum: "ttftMsSum",
-  ttft_count: "ttftCount",
 };
 
 /** One point per hour or day in [from, to] (zeros where nothing happened), read from rollups only. */
@@ -239,7 +249,10 @@ export async function usageSeries(
     const name = FIELD[f];
     if (name) (p[name] as number) += v;
     else if (f.startsWith("lat_")) p.latencyHistogram[Number(f.slice(4))]! += v;
-    else if (f.startsWith("ttft_")) p.ttftHistogram[Number(f.slice(5))]! += v;
+    else if (f.startsWith("ttft_")) {
+      p.ttftHistogram[Number(f.slice(5))]! += v;
+      p.ttftCount += v;
+    }
   }
   return out;
 }
@@ -261,6 +274,7 @@ export async function usageTotals(
   const t = emptyPoint("");
   for (const p of series) {
     for (const f of Object.values(FIELD)) (t[f] as number) += p[f] as number;
+    t.ttftCount += p.ttftCount;
     p.latencyHistogram.forEach((v, i) => t.latencyHistogram[i]! += v);
     p.ttftHistogram.forEach((v, i) => t.ttftHistogram[i]! += v);
   }

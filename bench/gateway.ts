@@ -1,0 +1,445 @@
+// deno-lint-ignore-file no-console -- a benchmark entry point prints its report
+/**
+ * `deno task bench:gateway`: the gateway's overhead against a fixed fast
+ * upstream, in one invocation. Separate processes: the upstream (JSON and
+ * SSE), a bare ~30-line Deno pass-through proxy (the floor), and the gateway
+ * with auth, exact limits and metering on; this process generates load.
+ * Prints CPU per request (from /proc), max throughput, added p50/p99 at a
+ * fixed rate and added time to first byte for streams, as ratios to direct
+ * and to the floor; then again with 10,000 keys and 1,000 tenants in KV.
+ */
+import { testConfig } from "../config.ts";
+import type { Fleet, NodeView } from "../fleet/types.ts";
+import { createApiKey } from "../store/api_keys.ts";
+import { setTenantLimits } from "../store/limits.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { createStore } from "../store/store.ts";
+import { createTenant } from "../store/tenants.ts";
+import { silentLogger } from "../gateway/logger.ts";
+import { createGateway } from "../gateway/mod.ts";
+
+const role = Deno.args[0] ?? "main";
+const CHAT = JSON.stringify({
+  id: "chatcmpl-1",
+  object: "chat.completion",
+  created: 1,
+  model: "bench",
+  choices: [{
+    index: 0,
+    message: { role: "assistant", content: "Hello world!" },
+    finish_reason: "stop",
+  }],
+  usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
+});
+const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
+const SSE = [
+  frame({
+    id: "c1",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "bench",
+    choices: [{
+      index: 0,
+      delta: { role: "assistant", content: "" },
+      finish_reason: null,
+    }],
+  }),
+  ...["Hello", " world", "!"].map((w) =>
+    frame({
+      id: "c1",
+      object: "chat.completion.chunk",
+      created: 1,
+      model: "bench",
+      choices: [{ index: 0, delta: { content: w }, finish_reason: null }],
+    })
+  ),
+  frame({
+    id: "c1",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "bench",
+    choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+  }),
+  frame({
+    id: "c1",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "bench",
+    choices: [],
+    usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
+  }),
+  "data: [DONE]\n\n",
+].join("");
+
+function listen(handler: Deno.ServeHandler): number {
+  // A child exits when the bench process goes away (its stdin closes).
+  (async () => {
+    for await (const _ of Deno.stdin.readable) { /* drain */ }
+    Deno.exit(0);
+  })();
+  return Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, handler)
+    .addr.port;
+}
+
+interface Child {
+  proc: Deno.ChildProcess;
+  pid: number;
+  info: { port: number; keys?: string[] };
+}
+
+async function spawn(...args: string[]): Promise<Child> {
+  const proc = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--unstable-kv",
+      new URL(import.meta.url).pathname,
+      ...args,
+    ],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+    env: { ORCHARD_LOG_LEVEL: "error" },
+  }).spawn();
+  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  while (!buf.includes("\n")) {
+    const r = await reader.read();
+    if (r.done) throw new Error(`bench child ${args[0]} exited early`);
+    buf += r.value;
+  }
+  reader.releaseLock();
+  proc.stdout.cancel().catch(() => {});
+  return { proc, pid: proc.pid, info: JSON.parse(buf.split("\n")[0]!) };
+}
+
+function cpuMs(pid: number): number {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const ticks = Number(f[11]) + Number(f[12]); // utime + stime
+  return ticks * 10; // USER_HZ = 100
+}
+
+const BODY = JSON.stringify({
+  model: "bench",
+  messages: [{ role: "user", content: "Hello there" }],
+  max_tokens: 16,
+});
+const SBODY = JSON.stringify({
+  model: "bench",
+  messages: [{ role: "user", content: "Hello there" }],
+  max_tokens: 16,
+  stream: true,
+});
+
+interface Target {
+  name: string;
+  url: string;
+  pid: number;
+  keys: string[];
+}
+
+let keyIx = 0;
+async function once(
+  t: Target,
+  body = BODY,
+): Promise<{ ms: number; ttfb: number; ok: boolean }> {
+  const key = t.keys.length ? t.keys[keyIx++ % t.keys.length]! : "none";
+  const t0 = performance.now();
+  const res = await fetch(`${t.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+    },
+    body,
+  });
+  const reader = res.body!.getReader();
+  let ttfb = -1;
+  for (;;) {
+    const r = await reader.read();
+    if (ttfb < 0) ttfb = performance.now() - t0;
+    if (r.done) break;
+  }
+  return { ms: performance.now() - t0, ttfb, ok: res.status === 200 };
+}
+
+async function throughput(t: Target, seconds: number, conc: number) {
+  const end = performance.now() + seconds * 1000;
+  const cpu0 = cpuMs(t.pid);
+  let n = 0;
+  let failed = 0;
+  await Promise.all(Array.from({ length: conc }, async () => {
+    while (performance.now() < end) {
+      const r = await once(t);
+      n++;
+      if (!r.ok) failed++;
+    }
+  }));
+  const cpu = cpuMs(t.pid) - cpu0;
+  return { rps: n / seconds, cpuPerReqUs: (cpu * 1000) / n, failed };
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+}
+
+async function fixedRate(t: Target, rps: number, seconds: number, body = BODY) {
+  const lat: number[] = [];
+  const ttfb: number[] = [];
+  const cpu0 = cpuMs(t.pid);
+  const total = rps * seconds;
+  const start = performance.now();
+  const pending: Promise<void>[] = [];
+  for (let i = 0; i < total; i++) {
+    const due = start + (i * 1000) / rps;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    pending.push(
+      once(t, body).then((r) => {
+        lat.push(r.ms);
+        ttfb.push(r.ttfb);
+      }),
+    );
+  }
+  await Promise.all(pending);
+  const cpu = cpuMs(t.pid) - cpu0;
+  return {
+    p50: pct(lat, 0.5),
+    p99: pct(lat, 0.99),
+    ttfb50: pct(ttfb, 0.5),
+    ttfb99: pct(ttfb, 0.99),
+    cpuPerReqUs: (cpu * 1000) / total,
+  };
+}
+
+const f2 = (x: number) => x.toFixed(2);
+
+async function scenario(label: string, targets: Target[]) {
+  console.log(`\n## ${label}`);
+  for (const t of targets) for (let i = 0; i < 200; i++) await once(t); // warm-up
+  const tp: Record<string, Awaited<ReturnType<typeof throughput>>> = {};
+  for (const t of targets) tp[t.name] = await throughput(t, 2, 32);
+  const fr: Record<string, Awaited<ReturnType<typeof fixedRate>>> = {};
+  for (const t of targets) fr[t.name] = await fixedRate(t, 500, 3);
+  const st: Record<string, Awaited<ReturnType<typeof fixedRate>>> = {};
+  for (const t of targets) st[t.name] = await fixedRate(t, 200, 2, SBODY);
+  const d = "direct";
+  const fl = "floor";
+  const g = "gateway";
+  console.log(
+    "| target | max req/s | CPU µs/req (max load) | CPU µs/req (500/s) | p50 ms | p99 ms | stream TTFB p50 ms | failed |",
+  );
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |");
+  for (const t of targets) {
+    const n = t.name;
+    console.log(
+      `| ${n} | ${tp[n]!.rps.toFixed(0)} | ${tp[n]!.cpuPerReqUs.toFixed(0)} | ${
+        fr[n]!.cpuPerReqUs.toFixed(0)
+      } | ${f2(fr[n]!.p50)} | ${f2(fr[n]!.p99)} | ${f2(st[n]!.ttfb50)} | ${
+        tp[n]!.failed
+      } |`,
+    );
+  }
+  const added = (a: string, k: "p50" | "p99" | "ttfb50") =>
+    fr[a]![k] - fr[d]![k];
+  const addedT = (a: string) => st[a]!.ttfb50 - st[d]!.ttfb50;
+  console.log(
+    `gateway CPU/req vs floor: ${
+      f2(tp[g]!.cpuPerReqUs / tp[fl]!.cpuPerReqUs)
+    }× at max load, ${
+      f2(fr[g]!.cpuPerReqUs / fr[fl]!.cpuPerReqUs)
+    }× at 500 req/s (target ≤ 2×)`,
+  );
+  console.log(
+    `gateway CPU/req vs direct (upstream's own CPU/req): ${
+      f2(tp[g]!.cpuPerReqUs / tp[d]!.cpuPerReqUs)
+    }×`,
+  );
+  console.log(
+    `max throughput: gateway/direct ${
+      f2(tp[g]!.rps / tp[d]!.rps)
+    }, gateway/floor ${f2(tp[g]!.rps / tp[fl]!.rps)}`,
+  );
+  console.log(
+    `added at 500 req/s: p50 ${f2(added(g, "p50"))} ms (floor ${
+      f2(added(fl, "p50"))
+    } ms; target ≤ 1), p99 ${f2(added(g, "p99"))} ms (floor ${
+      f2(added(fl, "p99"))
+    } ms; target ≤ 3)`,
+  );
+  console.log(
+    `latency ratio at 500 req/s: p50 gateway/direct ${
+      f2(fr[g]!.p50 / fr[d]!.p50)
+    }, gateway/floor ${f2(fr[g]!.p50 / fr[fl]!.p50)}`,
+  );
+  console.log(
+    `added stream TTFB p50: ${f2(addedT(g))} ms (floor ${
+      f2(addedT(fl))
+    } ms; target ≤ 1.5); ratio gateway/direct ${
+      f2(st[g]!.ttfb50 / st[d]!.ttfb50)
+    }, gateway/floor ${f2(st[g]!.ttfb50 / st[fl]!.ttfb50)}`,
+  );
+}
+
+async function main() {
+  const deadline = setTimeout(() => {
+    console.error("bench:gateway: giving up after 4 minutes");
+    Deno.exit(1);
+  }, 240_000);
+  const up = await spawn("upstream");
+  const floor = await spawn("floor", String(up.info.port));
+  const children = [up, floor];
+  try {
+    const base = (c: Child) => `http://127.0.0.1:${c.info.port}`;
+    const direct: Target = {
+      name: "direct",
+      url: base(up),
+      pid: up.pid,
+      keys: [],
+    };
+    const fl: Target = {
+      name: "floor",
+      url: base(floor),
+      pid: floor.pid,
+      keys: [],
+    };
+    console.log(
+      `# bench:gateway (Deno ${Deno.version.deno}, ${navigator.hardwareConcurrency} cores)`,
+    );
+    console.log(
+      "CPU per request is the target process's own CPU (/proc utime+stime); latencies measured by this client process.",
+    );
+    const g1 = await spawn("gateway", String(up.info.port), "1", "1");
+    children.push(g1);
+    await scenario(
+      "1 tenant, 1 key (auth, exact limits on tenant and key, metering)",
+      [
+        direct,
+        fl,
+        { name: "gateway", url: base(g1), pid: g1.pid, keys: g1.info.keys! },
+      ],
+    );
+    g1.proc.kill();
+    await g1.proc.status;
+    children.pop();
+    const t0 = performance.now();
+    const g2 = await spawn("gateway", String(up.info.port), "1000", "10");
+    children.push(g2);
+    console.log(
+      `\n(seeded 1,000 tenants and 10,000 keys in ${
+        ((performance.now() - t0) / 1000).toFixed(1)
+      } s; load rotates over 1,000 of the keys)`,
+    );
+    await scenario("1,000 tenants, 10,000 keys", [
+      direct,
+      fl,
+      { name: "gateway", url: base(g2), pid: g2.pid, keys: g2.info.keys! },
+    ]);
+  } finally {
+    for (const c of children) {
+      try {
+        c.proc.kill();
+        await c.proc.status;
+      } catch { /* already gone */ }
+    }
+    clearTimeout(deadline);
+  }
+}
+
+if (role === "upstream") {
+  const port = listen(async (req) => {
+    const body = await req.json();
+    return body.stream
+      ? new Response(SSE, { headers: { "content-type": "text/event-stream" } })
+      : new Response(CHAT, { headers: { "content-type": "application/json" } });
+  });
+  console.log(JSON.stringify({ port }));
+} else if (role === "floor") {
+  // The floor: the smallest useful Deno pass-through proxy.
+  const upstream = `http://127.0.0.1:${Deno.args[1]}`;
+  const port = listen(async (req) => {
+    const url = new URL(req.url);
+    const res = await fetch(upstream + url.pathname, {
+      method: req.method,
+      headers: {
+        "content-type": req.headers.get("content-type") ?? "application/json",
+      },
+      body: req.body,
+      signal: req.signal,
+    });
+    return new Response(res.body, {
+      status: res.status,
+      headers: {
+        "content-type": res.headers.get("content-type") ?? "application/json",
+      },
+    });
+  });
+  console.log(JSON.stringify({ port }));
+} else if (role === "gateway") {
+  const upstream = `http://127.0.0.1:${Deno.args[1]}`;
+  const tenants = Number(Deno.args[2] ?? 1);
+  const keysPerTenant = Number(Deno.args[3] ?? 1);
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const keys: string[] = [];
+  for (let t = 0; t < tenants; t++) {
+    const tenant = await createTenant(store, SYSTEM, { name: `Tenant ${t}` });
+    await setTenantLimits(store, SYSTEM, tenant.id, {
+      rpm: 1_000_000_000,
+      tpm: 1_000_000_000_000,
+      concurrency: 100_000,
+      tokensPerDay: 1_000_000_000_000,
+      tokensPerMonth: 1_000_000_000_000,
+    });
+    for (let i = 0; i < keysPerTenant; i++) {
+      keys.push(
+        (await createApiKey(store, SYSTEM, tenant.id, {
+          name: `k${i}`,
+          limits: { rpm: 1_000_000_000 },
+        })).key,
+      );
+    }
+  }
+  const node: NodeView = {
+    id: "bench-node",
+    name: "bench",
+    url: upstream,
+    engine: "openai",
+    state: "healthy",
+    models: [{ id: "bench", loaded: true, kind: "chat", contextLength: 4096 }],
+    stats: {
+      inFlight: 0,
+      queued: 0,
+      slots: 100_000,
+      tokensPerSecond: 0,
+      healthy: true,
+    },
+    lastHeartbeatAt: null,
+    enrolledAt: new Date().toISOString(),
+  };
+  const fleet: Fleet = {
+    candidates: (m) => (m === "bench" ? [node] : []),
+    servedModels: () => [{
+      id: "bench",
+      aliases: [],
+      kind: "chat",
+      contextLength: 4096,
+      nodeIds: [node.id],
+    }],
+    resolveModel: (m) => m,
+    fetchNode: (_id, path, init) => fetch(upstream + path, init),
+  };
+  const gw = createGateway({ store, config: testConfig(), fleet }, {
+    logger: silentLogger,
+  });
+  const port = listen(gw.app.fetch);
+  // Only a sample of keys is handed to the load generator (all are in KV).
+  const sample = keys.length <= 1000
+    ? keys
+    : Array.from({ length: 1000 }, (_, i) => keys[(i * 7919) % keys.length]!);
+  console.log(JSON.stringify({ port, keys: sample }));
+} else {
+  await main();
+}
