@@ -24,6 +24,8 @@ export const nativePaths = {
   cTest: BUILD_DIR + "test/c_test",
   fakeVerbs: BUILD_DIR + "test/" +
     (isMac ? "libfake_verbs.dylib" : "libfake_verbs.so"),
+  abiMismatch: BUILD_DIR + "test/" +
+    (isMac ? "libabi_mismatch.dylib" : "libabi_mismatch.so"),
   tcpBaseline: BUILD_DIR + "bench/tcp_baseline",
 } as const;
 
@@ -158,6 +160,12 @@ export async function ensureNativeBuilt(
       await compile(cc, nativePaths.fakeVerbs, [
         isMac ? "-dynamiclib" : "-shared",
         "../tests/fake_verbs.c",
+      ]);
+    }
+    if (await stale(nativePaths.abiMismatch)) {
+      await compile(cc, nativePaths.abiMismatch, [
+        isMac ? "-dynamiclib" : "-shared",
+        "../tests/abi_mismatch.c",
       ]);
     }
   }
