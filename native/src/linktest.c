@@ -244,7 +244,7 @@ void lt_rtt_stats(uint64_t *rtt, uint64_t n, lt_stats *s) {
   s->rtt_p50_us = (double)rtt[i50 ? i50 - 1 : 0] / 1e3;
   s->rtt_p99_us = (double)rtt[i99 ? i99 - 1 : 0] / 1e3;
   s->rtt_max_us = (double)rtt[n - 1] / 1e3;
-  s->rtt_mean_us = sum / (double)n / 1e3;
+  s->rtt_mean_us = (double)(uint64_t)(sum / (double)n + 0.5) / 1e3; /* whole ns: both sides report the same */
   s->have_latency = true;
 }
 
