@@ -31,8 +31,12 @@ export async function collectProbe(): Promise<Probe> {
     nativeProbe = null;
     try {
       const spec = new URL("./native/probe.ts", import.meta.url).href;
-      const mod = await import(spec) as { probe?: () => Promise<Probe> };
-      if (typeof mod.probe === "function") nativeProbe = mod.probe;
+      const mod = await import(spec) as {
+        probe?: (opts: { isolate: boolean }) => Promise<Probe>;
+      };
+      const probe = mod.probe;
+      // Isolated: the probe runs in the orchard-linktest child, killed if a verbs call hangs.
+      if (typeof probe === "function") nativeProbe = () => probe({ isolate: true });
     } catch (err) {
       log.debug("native probe unavailable", { error: String(err) });
     }
