@@ -82,7 +82,8 @@ export const k = {
     subject: string,
     bucket: string,
     field: string,
-  ) => ["usage_rollup", granularity, dimension, subject, bucket, field] as const,
+  ) =>
+    ["usage_rollup", granularity, dimension, subject, bucket, field] as const,
   usageRollupPrefix: (
     granularity: "hour" | "day",
     dimension: UsageDimension,
@@ -94,7 +95,12 @@ export const k = {
  * Usage rollup dimensions: subject is the tenant id, `tenantId/keyId`,
  * `tenantId/model`, the model (across tenants), or "*" for everything.
  */
-export type UsageDimension = "tenant" | "key" | "tenant_model" | "model" | "all";
+export type UsageDimension =
+  | "tenant"
+  | "key"
+  | "tenant_model"
+  | "model"
+  | "all";
 
 /** A KV key tuple as built by `k`. */
 export type Key = readonly Deno.KvKeyPart[];
