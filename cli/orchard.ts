@@ -96,6 +96,13 @@ function table(rows: Record<string, unknown>[], cols: string[]): string {
   return [line(cols), ...cells.map(line)].join("\n");
 }
 
+function formatLimits(l: Record<string, number | null>): string {
+  return Object.entries(l).map(([k, v]) =>
+    `${k.padEnd(15)} ${v ?? "unlimited"}`
+  )
+    .join("\n");
+}
+
 /** Runs the CLI with `args`; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
   const { values: o, positionals: pos } = parseArgs({
@@ -216,13 +223,7 @@ export async function main(args: string[]): Promise<number> {
         "GET",
         `/tenants/${enc(need(arg, "TENANT"))}/limits`,
       ) as Record<string, number | null>;
-      out(
-        l,
-        () =>
-          Object.entries(l).map(([k, v]) =>
-            `${k.padEnd(15)} ${v ?? "unlimited"}`
-          ).join("\n"),
-      );
+      out(l, () => formatLimits(l));
       return 0;
     }
     case "limits set": {
@@ -248,13 +249,7 @@ export async function main(args: string[]): Promise<number> {
         string,
         number | null
       >;
-      out(
-        l,
-        () =>
-          Object.entries(l).map(([k, v]) =>
-            `${k.padEnd(15)} ${v ?? "unlimited"}`
-          ).join("\n"),
-      );
+      out(l, () => formatLimits(l));
       return 0;
     }
     case "user invite": {
