@@ -1,10 +1,15 @@
 /**
- * API key authentication with a short cache: a verified key, its tenant and
- * its precomputed limit plan are reused for at most `ttlMs` (default 1 s), so
- * revocation, expiry, suspension and limit changes take effect within it.
+ * API key authentication with a cache: a verified key, its tenant and its
+ * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s) as
+ * long as the auth epoch (store/auth_epoch.ts), re-read at most every
+ * `ttlMs` (≤ 1 s) and shared by all requests, has not changed. Every
+ * revocation, suspension and limit change rewrites the epoch, so they take
+ * effect within `ttlMs` on every gateway instance, while a busy gateway
+ * reads KV for authentication a few times a second instead of per request.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";
+import { readAuthEpoch } from "../store/auth_epoch.ts";
 import { getTenantLimitsRaw, type Limits } from "../store/limits.ts";
 import { type LimitPlan, limitPlan } from "../store/quota.ts";
 import type { Scope } from "../store/schemas.ts";
@@ -41,7 +46,11 @@ const invalidKey = (why = "Incorrect API key provided") =>
 export class KeyCache {
   readonly #store: Store;
   readonly #ttlMs: number;
+  readonly #maxAgeMs: number;
   readonly #max: number;
+  #epoch: string | null | undefined = undefined;
+  #epochAt = -Infinity;
+  #epochCheck: Promise<void> | null = null;
   readonly #map = new Map<string, Entry>();
   readonly #tenants = new Map<
     string,
@@ -50,10 +59,11 @@ export class KeyCache {
 
   constructor(
     store: Store,
-    opts: { ttlMs?: number; maxEntries?: number } = {},
+    opts: { ttlMs?: number; maxAgeMs?: number; maxEntries?: number } = {},
   ) {
     this.#store = store;
-    this.#ttlMs = Math.min(opts.ttlMs ?? 1000, 1000);
+    this.#ttlMs = Math.min(opts.ttlMs ?? 500, 1000);
+    this.#maxAgeMs = Math.max(opts.maxAgeMs ?? 60_000, this.#ttlMs);
     this.#max = opts.maxEntries ?? 50_000;
   }
 
@@ -65,9 +75,13 @@ export class KeyCache {
       );
     }
     if (!parseApiKey(raw)) throw invalidKey(); // checksum: no KV read, no cache entry
-    const now = Date.now();
+    let now = Date.now();
+    if (now - this.#epochAt >= this.#ttlMs) {
+      await this.#checkEpoch();
+      now = Date.now();
+    }
     let e = this.#map.get(raw);
-    if (!e || now - e.at >= this.#ttlMs) {
+    if (!e || now - e.at >= this.#maxAgeMs) {
       if (this.#map.size >= this.#max) this.#evict(now);
       e = { at: now, value: this.#load(raw, now) };
       this.#map.set(raw, e);
@@ -81,6 +95,24 @@ export class KeyCache {
     return v;
   }
 
+  /** Re-reads the auth epoch (one read shared by concurrent callers); a change empties the caches. */
+  #checkEpoch(): Promise<void> {
+    this.#epochCheck ??= (async () => {
+      try {
+        const started = Date.now();
+        const epoch = await readAuthEpoch(this.#store.kv);
+        if (epoch !== this.#epoch) {
+          this.clear();
+          this.#epoch = epoch;
+        }
+        this.#epochAt = started;
+      } finally {
+        this.#epochCheck = null;
+      }
+    })();
+    return this.#epochCheck;
+  }
+
   /** Forgets every cached entry. */
   clear(): void {
     this.#map.clear();
@@ -89,7 +121,7 @@ export class KeyCache {
 
   #evict(now: number): void {
     for (const [k, e] of this.#map) {
-      if (now - e.at >= this.#ttlMs) this.#map.delete(k);
+      if (now - e.at >= this.#maxAgeMs) this.#map.delete(k);
     }
     if (this.#map.size >= this.#max) this.#map.clear();
   }
@@ -97,7 +129,7 @@ export class KeyCache {
   /** A tenant and its limits, cached per tenant for the same ≤ 1 s. */
   #tenant(id: string, now: number): Promise<[Tenant | null, Limits]> {
     const c = this.#tenants.get(id);
-    if (c && now - c.at < this.#ttlMs) return c.value;
+    if (c && now - c.at < this.#maxAgeMs) return c.value;
     if (this.#tenants.size >= this.#max) this.#tenants.clear();
     const value = Promise.all([
       getTenantRaw(this.#store, id),

@@ -4,6 +4,7 @@
  */
 import { checksum6, hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
 import { addAudit } from "./audit.ts";
+import { markAuthChange } from "./auth_epoch.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -95,7 +96,7 @@ export async function createApiKey(
     revokedAt: null,
     createdAt: new Date().toISOString(),
   };
-  const op = store.kv.atomic().check(tenant)
+  const op = markAuthChange(store.kv.atomic()).check(tenant)
     .check({ key: k.apiKey(id), versionstamp: null })
     .set(k.apiKey(id), record)
     .set(k.tenantApiKey(tenantId, id), id);
@@ -165,7 +166,10 @@ export async function revokeApiKey(
   requireTenantWrite(p, entry.value.tenantId, "API key");
   if (entry.value.revokedAt) return view(entry.value, null);
   const after = { ...entry.value, revokedAt: new Date().toISOString() };
-  const op = store.kv.atomic().check(entry).set(k.apiKey(id), after);
+  const op = markAuthChange(store.kv.atomic()).check(entry).set(
+    k.apiKey(id),
+    after,
+  );
   addAudit(op, p, {
     action: "key.revoke",
     target: { type: "api_key", id, label: after.name },

@@ -6,6 +6,8 @@ export const k = {
   // configuration and secrets
   secrets: () => ["config", "secrets"] as const,
   setupToken: () => ["config", "setup_token"] as const,
+  /** Rewritten by every change that affects key verification (revoke, suspend, limits). */
+  authEpoch: () => ["config", "auth_epoch"] as const,
   settings: (name: string) => ["config", "settings", name] as const,
 
   // tenants

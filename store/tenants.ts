@@ -1,5 +1,6 @@
 /** Tenants: the client companies an operator serves. */
 import { addAudit } from "./audit.ts";
+import { markAuthChange } from "./auth_epoch.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -163,7 +164,10 @@ export async function updateTenant(
     ...(patch.status !== undefined ? { status: patch.status } : {}),
     updatedAt: new Date().toISOString(),
   };
-  const op = store.kv.atomic().check(entry).set(k.tenant(id), after);
+  const op = markAuthChange(store.kv.atomic()).check(entry).set(
+    k.tenant(id),
+    after,
+  );
   if (after.name !== before.name) {
     op.delete(k.tenantByName(nameKey(before.name), id))
       .set(k.tenantByName(nameKey(after.name), id), id);
