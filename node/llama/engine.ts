@@ -1,0 +1,409 @@
+/**
+ * The `llama` engine: GGUF models from a directory, each served by its own
+ * supervised child process (node/llama/child.ts) with continuous batching
+ * over `slots` sequences, behind the OpenAI shapes of node/engine.ts.
+ */
+import { log } from "../../lib/log.ts";
+import { OpenAIError } from "../../lib/openai_errors.ts";
+import type {
+  Engine,
+  EngineModel,
+  EngineStats,
+  OpenAIBody,
+} from "../engine.ts";
+import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
+import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
+import { checkLibraries, ModelProcess } from "./process.ts";
+import {
+  type GenerationRequest,
+  parseChat,
+  parseCompletion,
+  parseEmbeddings,
+} from "./requests.ts";
+import {
+  completeResponse,
+  embeddingResponse,
+  EventQueue,
+  type Kind,
+  streamResponse,
+} from "./responses.ts";
+
+/** Options of `createLlamaEngine`. */
+export interface LlamaEngineOptions {
+  /** Folder of `*.gguf` files (and optional `<id>.json` sidecars). */
+  modelsDir: string;
+  /** Concurrent sequences per model (default 4). */
+  slots?: number;
+  /** CPU threads per model (default: all cores). */
+  threads?: number;
+  /** Context tokens per sequence (default: the model's, at most 4096). */
+  contextSize?: number;
+  /** Requests waiting for a slot per model before 503 (default 4 × slots). */
+  maxQueue?: number;
+  /** Unload a model after this long without requests (default 15 min; 0 never). */
+  idleUnloadMs?: number;
+  /** Load every model at start instead of on first use. */
+  preload?: boolean;
+}
+
+interface Loaded {
+  entry: CatalogEntry;
+  limiter: SlotLimiter;
+  proc: ModelProcess | null;
+  loading: Promise<ModelProcess> | null;
+  lastUsed: number;
+  restarts: number;
+}
+
+/** Creates the llama engine; `start()` checks the libraries and scans the models. */
+export function createLlamaEngine(opts: LlamaEngineOptions): Engine {
+  return new LlamaEngine(opts);
+}
+
+class LlamaEngine implements Engine {
+  readonly kind = "llama" as const;
+  #opts: Required<Omit<LlamaEngineOptions, "contextSize">> & {
+    contextSize?: number;
+  };
+  #catalog = new Map<string, CatalogEntry>();
+  #scannedAt = 0;
+  #state = new Map<string, Loaded>();
+  #meter = new TokenMeter();
+  #healthy = false;
+  #detail: string | undefined = "not started";
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #closed = false;
+
+  constructor(o: LlamaEngineOptions) {
+    const slots = o.slots ?? 4;
+    if (!(Number.isInteger(slots) && slots >= 1 && slots <= 256)) {
+      throw new RangeError(
+        `Cannot create llama engine: slots must be 1 to 256: current value is ${slots}`,
+      );
+    }
+    const threads = o.threads ??
+      Math.max(1, navigator.hardwareConcurrency || 1);
+    if (!(Number.isInteger(threads) && threads >= 1)) {
+      throw new RangeError(
+        `Cannot create llama engine: threads must be ≥ 1: current value is ${threads}`,
+      );
+    }
+    this.#opts = {
+      modelsDir: o.modelsDir,
+      slots,
+      threads,
+      contextSize: o.contextSize,
+      maxQueue: o.maxQueue ?? slots * 4,
+      idleUnloadMs: o.idleUnloadMs ?? 15 * 60_000,
+      preload: o.preload ?? false,
+    };
+  }
+
+  async start(): Promise<void> {
+    const lib = await checkLibraries();
+    log.info("llama.cpp ready", {
+      version: lib.version,
+      libDir: lib.libDir,
+      threads: this.#opts.threads,
+    });
+    await this.#rescan(true);
+    this.#healthy = true;
+    this.#detail = undefined;
+    if (this.#opts.idleUnloadMs > 0) {
+      const timer = setInterval(
+        () => this.#unloadIdle(),
+        Math.min(15_000, this.#opts.idleUnloadMs),
+      );
+      Deno.unrefTimer(timer);
+      this.#timer = timer;
+    }
+    if (this.#opts.preload) {
+      for (const e of this.#catalog.values()) {
+        if (!e.error) await this.#process(this.#loaded(e));
+      }
+    }
+  }
+
+  async models(): Promise<EngineModel[]> {
+    await this.#rescan(false);
+    const out: EngineModel[] = [];
+    for (const e of this.#catalog.values()) {
+      if (e.error || !e.facts) continue;
+      out.push({
+        id: e.id,
+        loaded: !!this.#state.get(e.id)?.proc?.alive,
+        kind: e.facts.embeddingOnly ? "embedding" : "chat",
+        contextLength: this.#contextOf(e),
+        aliases: e.sidecar.aliases ?? [],
+      });
+    }
+    return out;
+  }
+
+  chatCompletions(body: OpenAIBody, signal: AbortSignal): Promise<Response> {
+    return this.#generate(parseChat(body), "chat", signal);
+  }
+
+  completions(body: OpenAIBody, signal: AbortSignal): Promise<Response> {
+    return this.#generate(parseCompletion(body), "text", signal);
+  }
+
+  async embeddings(body: OpenAIBody, signal: AbortSignal): Promise<Response> {
+    const req = parseEmbeddings(body);
+    const st = await this.#entry(req.model);
+    const proc = await this.#process(st);
+    signal.throwIfAborted(); // an embedding batch is short: once sent, it runs to the end
+    st.lastUsed = Date.now();
+    const id = crypto.randomUUID();
+    const q = new EventQueue();
+    proc.request({ op: "embed", id, inputs: req.inputs }, (e) => q.push(e));
+    const e = await q.next();
+    if (e.ev === "embedding") {
+      return embeddingResponse(
+        st.entry.id,
+        e.vectors,
+        e.promptTokens,
+        req.base64,
+      );
+    }
+    if (e.ev === "error") throw errorOf(e);
+    throw new OpenAIError(
+      500,
+      "engine_error",
+      "Unexpected answer from the model process",
+    );
+  }
+
+  stats(): EngineStats {
+    let inFlight = 0;
+    let queued = 0;
+    for (const s of this.#state.values()) {
+      inFlight += s.limiter.inFlight;
+      queued += s.limiter.queued;
+    }
+    return {
+      inFlight,
+      queued,
+      slots: this.#opts.slots,
+      tokensPerSecond: this.#meter.rate(),
+      healthy: this.#healthy && !this.#closed,
+      detail: this.#detail,
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#timer);
+    const procs = [...this.#state.values()].map((s) => s.proc).filter((p) =>
+      p !== null
+    );
+    for (const p of procs) p.kill();
+    await Promise.all(procs.map((p) => p.closed()));
+  }
+
+  async #generate(
+    req: GenerationRequest,
+    kind: Kind,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const st = await this.#entry(req.model);
+    if (st.entry.facts?.embeddingOnly) {
+      throw new OpenAIError(
+        400,
+        "invalid_model",
+        `${st.entry.id} is an embedding model; use /v1/embeddings`,
+        {
+          param: "model",
+        },
+      );
+    }
+    const release = await st.limiter.acquire(signal);
+    let proc: ModelProcess;
+    try {
+      proc = await this.#process(st);
+    } catch (err) {
+      release();
+      throw err;
+    }
+    st.lastUsed = Date.now();
+    const id = crypto.randomUUID();
+    const q = new EventQueue();
+    let produced = 0;
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      signal.removeEventListener("abort", onAbort);
+      release();
+      st.lastUsed = Date.now();
+    };
+    const onAbort = () => proc.cancel(id);
+    signal.addEventListener("abort", onAbort, { once: true });
+    proc.request({
+      op: "generate",
+      id,
+      messages: req.messages,
+      prompt: req.prompt,
+      params: req.params,
+    }, (e) => {
+      if (e.ev === "text") {
+        this.#meter.add(e.tokens - produced);
+        produced = e.tokens;
+      }
+      if (e.ev === "done" || e.ev === "error") end();
+      q.push(e);
+    });
+    const first = await q.next();
+    if (first.ev === "error") throw errorOf(first);
+    if (first.ev !== "started") {
+      throw new OpenAIError(
+        500,
+        "engine_error",
+        "Unexpected answer from the model process",
+      );
+    }
+    const model = st.entry.id;
+    if (req.stream) {
+      return streamResponse(kind, model, q, () => proc.cancel(id));
+    }
+    return await completeResponse(kind, model, q);
+  }
+
+  async #entry(name: string): Promise<Loaded> {
+    let e = resolveModel(this.#catalog, name);
+    if (!e) {
+      await this.#rescan(true);
+      e = resolveModel(this.#catalog, name);
+    }
+    if (!e) {
+      throw new OpenAIError(
+        404,
+        "model_not_found",
+        `The model \`${name}\` does not exist on this node`,
+        {
+          param: "model",
+        },
+      );
+    }
+    if (e.error) {
+      throw new OpenAIError(
+        503,
+        "model_unavailable",
+        `The model \`${e.id}\` cannot be served: ${e.error}`,
+        {
+          param: "model",
+        },
+      );
+    }
+    return this.#loaded(e);
+  }
+
+  #loaded(e: CatalogEntry): Loaded {
+    let st = this.#state.get(e.id);
+    if (!st || st.entry.path !== e.path || st.entry.mtime !== e.mtime) {
+      st?.proc?.kill();
+      const slots = e.sidecar.slots ?? this.#opts.slots;
+      st = {
+        entry: e,
+        limiter: new SlotLimiter(slots, this.#opts.maxQueue),
+        proc: null,
+        loading: null,
+        lastUsed: Date.now(),
+        restarts: 0,
+      };
+      this.#state.set(e.id, st);
+    }
+    return st;
+  }
+
+  #contextOf(e: CatalogEntry): number {
+    const train = e.facts?.contextLength ?? 4096;
+    return e.sidecar.contextSize ?? this.#opts.contextSize ??
+      Math.min(train, 4096);
+  }
+
+  /** The model's running process, starting (or restarting) it if needed. */
+  async #process(st: Loaded): Promise<ModelProcess> {
+    if (st.proc?.alive) return st.proc;
+    if (st.loading) return await st.loading;
+    const e = st.entry;
+    st.loading = (async () => {
+      const started = performance.now();
+      const proc = ModelProcess.spawn({
+        path: e.path,
+        ctxPerSeq: this.#contextOf(e),
+        slots: st.limiter.slots,
+        threads: this.#opts.threads,
+        batch: 512,
+      }, (why) => {
+        if (st.proc === proc) st.proc = null;
+        if (!this.#closed && !proc.expectedExit) {
+          st.restarts++;
+          log.warn("model process ended", {
+            model: e.id,
+            why,
+            restarts: st.restarts,
+            log: proc.stderrTail(),
+          });
+        }
+      });
+      try {
+        const info = await proc.ready;
+        st.proc = proc;
+        log.info("model loaded", {
+          model: e.id,
+          ms: Math.round(performance.now() - started),
+          ...info,
+        });
+        return proc;
+      } catch (err) {
+        proc.kill();
+        throw new OpenAIError(
+          503,
+          "model_unavailable",
+          `The model \`${e.id}\` failed to load: ${(err as Error).message}`,
+          {
+            headers: { "retry-after": "5" },
+          },
+        );
+      }
+    })();
+    try {
+      return await st.loading;
+    } finally {
+      st.loading = null;
+    }
+  }
+
+  async #rescan(force: boolean) {
+    if (!force && Date.now() - this.#scannedAt < 5000) return;
+    this.#scannedAt = Date.now();
+    this.#catalog = await scanModels(this.#opts.modelsDir, this.#catalog);
+  }
+
+  #unloadIdle() {
+    const now = Date.now();
+    for (const st of this.#state.values()) {
+      if (!st.proc || st.limiter.inFlight || st.limiter.queued) continue;
+      if (now - st.lastUsed < this.#opts.idleUnloadMs) continue;
+      log.info("unloading idle model", { model: st.entry.id });
+      st.proc.kill();
+      st.proc = null;
+    }
+  }
+}
+
+function errorOf(
+  e: {
+    status: number;
+    code: string | null;
+    message: string;
+    param?: string | null;
+  },
+): OpenAIError {
+  return new OpenAIError(e.status, e.code, e.message, {
+    param: e.param ?? null,
+    headers: e.status === 503 ? { "retry-after": "1" } : {},
+  });
+}

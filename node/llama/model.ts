@@ -1,0 +1,372 @@
+/**
+ * A loaded model and its decode context, over the FFI binding: tokenizer,
+ * chat template, samplers, a reusable batch and embeddings. Used only inside
+ * a model's child process (node/llama/child.ts), which owns the context and
+ * never decodes twice at once.
+ */
+import type { ChatMessage, SamplingParams } from "./protocol.ts";
+import { CP, cstr, type Llama, MP } from "./ffi.ts";
+
+/** An input error the engine reports as a 400, never a crash. */
+export class InputError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** One decode batch whose arrays live in JS memory (kept alive by this object). */
+export class Batch {
+  readonly capacity: number;
+  n = 0;
+  readonly token: Int32Array<ArrayBuffer>;
+  readonly pos: Int32Array<ArrayBuffer>;
+  readonly nSeqId: Int32Array<ArrayBuffer>;
+  readonly seqStore: Int32Array<ArrayBuffer>;
+  readonly seqPtrs: BigUint64Array<ArrayBuffer>;
+  readonly logits: Int8Array<ArrayBuffer>;
+  readonly struct = new Uint8Array(56);
+
+  constructor(capacity: number) {
+    this.capacity = capacity;
+    this.token = new Int32Array(capacity);
+    this.pos = new Int32Array(capacity);
+    this.nSeqId = new Int32Array(capacity).fill(1);
+    this.seqStore = new Int32Array(capacity);
+    this.seqPtrs = new BigUint64Array(capacity);
+    this.logits = new Int8Array(capacity);
+    const base = BigInt(
+      Deno.UnsafePointer.value(Deno.UnsafePointer.of(this.seqStore)),
+    );
+    for (let i = 0; i < capacity; i++) this.seqPtrs[i] = base + BigInt(i * 4);
+    const v = new DataView(this.struct.buffer);
+    const ptr = (off: number, a: BufferSource) =>
+      v.setBigUint64(
+        off,
+        BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(a))),
+        true,
+      );
+    ptr(8, this.token);
+    ptr(24, this.pos);
+    ptr(32, this.nSeqId);
+    ptr(40, this.seqPtrs);
+    ptr(48, this.logits);
+  }
+
+  clear() {
+    this.n = 0;
+  }
+
+  /** Appends a token; returns its index in the batch. */
+  add(token: number, pos: number, seq: number, output: boolean): number {
+    const i = this.n++;
+    this.token[i] = token;
+    this.pos[i] = pos;
+    this.seqStore[i] = seq;
+    this.logits[i] = output ? 1 : 0;
+    return i;
+  }
+
+  /** The struct to pass by value, with n_tokens set. */
+  value(): Uint8Array<ArrayBuffer> {
+    new DataView(this.struct.buffer).setInt32(0, this.n, true);
+    return this.struct;
+  }
+}
+
+/** Options of `LoadedLlama.load`. */
+export interface LoadOptions {
+  path: string;
+  ctxPerSeq: number;
+  slots: number;
+  threads: number;
+  batch: number;
+}
+
+/** A model with its generation context. */
+export class LoadedLlama {
+  readonly ctxPerSeq: number;
+  readonly ctxTrain: number;
+  readonly vocabSize: number;
+  readonly embd: number;
+  readonly template: string | null;
+  readonly batch: Batch;
+  #embedCtx: Deno.PointerValue = null;
+  #embedBatch: Batch | null = null;
+  #piece = new Uint8Array(256);
+
+  private constructor(
+    readonly llama: Llama,
+    readonly model: Deno.PointerObject,
+    readonly ctx: Deno.PointerObject,
+    readonly vocab: Deno.PointerObject,
+    readonly memory: Deno.PointerObject,
+    readonly opts: LoadOptions,
+  ) {
+    const s = llama.symbols;
+    this.ctxPerSeq = s.llama_n_ctx_seq(ctx);
+    this.ctxTrain = s.llama_model_n_ctx_train(model);
+    this.vocabSize = s.llama_vocab_n_tokens(vocab);
+    this.embd = s.llama_model_n_embd(model);
+    const t = s.llama_model_chat_template(model, null);
+    this.template = t ? Deno.UnsafePointerView.getCString(t) : null;
+    this.batch = new Batch(opts.batch);
+  }
+
+  /** Loads the model file and creates a context of `slots` sequences. */
+  static async load(llama: Llama, opts: LoadOptions): Promise<LoadedLlama> {
+    const s = llama.symbols;
+    const mp = s.llama_model_default_params();
+    new DataView(mp.buffer).setInt32(MP.n_gpu_layers, -1, true); // all layers on Metal where present
+    const model = await s.llama_model_load_from_file(cstr(opts.path), mp);
+    if (!model) {
+      throw new Error(
+        `Cannot load model ${opts.path}: llama.cpp refused the file`,
+      );
+    }
+    const ctx = s.llama_init_from_model(
+      model,
+      contextParams(llama, opts, false),
+    );
+    if (!ctx) {
+      s.llama_model_free(model);
+      throw new Error(`Cannot create a context for ${opts.path}`);
+    }
+    const vocab = s.llama_model_get_vocab(model)!;
+    const memory = s.llama_get_memory(ctx)!;
+    return new LoadedLlama(llama, model, ctx, vocab, memory, opts);
+  }
+
+  /** Applies the model's chat template (built-in formats only). */
+  applyTemplate(messages: ChatMessage[]): string {
+    const tmpl = this.template ?? "chatml";
+    const keep = messages.flatMap((m) => [cstr(m.role), cstr(m.content)]);
+    const arr = new BigUint64Array(messages.length * 2);
+    keep.forEach((b, i) => {
+      arr[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(b)));
+    });
+    const chars = messages.reduce(
+      (n, m) => n + m.content.length + m.role.length,
+      0,
+    );
+    let buf = new Uint8Array(chars * 2 + 256);
+    const tmplC = cstr(tmpl);
+    const apply = () =>
+      this.llama.symbols.llama_chat_apply_template(
+        tmplC,
+        new Uint8Array(arr.buffer),
+        BigInt(messages.length),
+        true,
+        buf,
+        buf.length,
+      );
+    let n = apply();
+    if (n > buf.length) {
+      buf = new Uint8Array(n);
+      n = apply();
+    }
+    if (n < 0) {
+      throw new InputError(
+        "unsupported_chat_template",
+        "This model's chat template is not one of llama.cpp's built-in formats; use /v1/completions with a formatted prompt",
+      );
+    }
+    return new TextDecoder().decode(buf.subarray(0, n));
+  }
+
+  /** Tokenizes text (control tokens such as <|im_start|> are parsed). */
+  tokenize(text: string, addSpecial: boolean): Int32Array {
+    const bytes = new TextEncoder().encode(text);
+    let out = new Int32Array(bytes.length + 8);
+    const s = this.llama.symbols;
+    let n = s.llama_tokenize(
+      this.vocab,
+      bytes,
+      bytes.length,
+      out,
+      out.length,
+      addSpecial,
+      true,
+    );
+    if (n < 0) {
+      if (n === -2147483648) {
+        throw new InputError("context_length_exceeded", "Input is too long");
+      }
+      out = new Int32Array(-n);
+      n = s.llama_tokenize(
+        this.vocab,
+        bytes,
+        bytes.length,
+        out,
+        out.length,
+        addSpecial,
+        true,
+      );
+    }
+    return out.subarray(0, Math.max(0, n));
+  }
+
+  /** The bytes of one token (control tokens render as nothing). */
+  piece(token: number): Uint8Array {
+    const s = this.llama.symbols;
+    let n = s.llama_token_to_piece(
+      this.vocab,
+      token,
+      this.#piece,
+      this.#piece.length,
+      0,
+      false,
+    );
+    if (n < 0) {
+      this.#piece = new Uint8Array(-n);
+      n = s.llama_token_to_piece(
+        this.vocab,
+        token,
+        this.#piece,
+        this.#piece.length,
+        0,
+        false,
+      );
+    }
+    return this.#piece.slice(0, Math.max(0, n));
+  }
+
+  isEog(token: number): boolean {
+    return this.llama.symbols.llama_vocab_is_eog(this.vocab, token);
+  }
+
+  /** Builds a sampler chain for one request. */
+  sampler(p: SamplingParams): Deno.PointerObject {
+    const s = this.llama.symbols;
+    const chain = s.llama_sampler_chain_init(new Uint8Array([1]))!;
+    const add = (smpl: Deno.PointerValue) =>
+      smpl && s.llama_sampler_chain_add(chain, smpl);
+    if (
+      p.repeatPenalty !== 1 || p.frequencyPenalty !== 0 ||
+      p.presencePenalty !== 0
+    ) {
+      add(s.llama_sampler_init_penalties(
+        this.vocabSize,
+        64,
+        p.repeatPenalty,
+        p.frequencyPenalty,
+        p.presencePenalty,
+      ));
+    }
+    if (p.temperature <= 0) {
+      add(s.llama_sampler_init_greedy());
+      return chain;
+    }
+    if (p.topK > 0) add(s.llama_sampler_init_top_k(p.topK));
+    if (p.topP < 1) add(s.llama_sampler_init_top_p(p.topP, 1n));
+    if (p.minP > 0) add(s.llama_sampler_init_min_p(p.minP, 1n));
+    add(s.llama_sampler_init_temp(p.temperature));
+    const seed = p.seed ?? Math.floor(Math.random() * 0xffffffff);
+    add(s.llama_sampler_init_dist(seed >>> 0));
+    return chain;
+  }
+
+  /** Decodes the shared batch; the caller never overlaps two calls. */
+  decode(): Promise<number> {
+    return this.llama.symbols.llama_decode(this.ctx, this.batch.value());
+  }
+
+  sample(sampler: Deno.PointerObject, index: number): number {
+    return this.llama.symbols.llama_sampler_sample(sampler, this.ctx, index);
+  }
+
+  /** Forgets everything a sequence left in the KV cache. */
+  clearSeq(seq: number) {
+    this.llama.symbols.llama_memory_seq_rm(this.memory, seq, -1, -1);
+  }
+
+  /** Mean-pooled, L2-normalised embeddings of each input. */
+  async embed(
+    inputs: string[],
+  ): Promise<{ vectors: number[][]; tokens: number }> {
+    const s = this.llama.symbols;
+    if (!this.#embedCtx) {
+      this.#embedCtx = s.llama_init_from_model(
+        this.model,
+        contextParams(this.llama, this.opts, true),
+      );
+      if (!this.#embedCtx) {
+        throw new Error("Cannot create an embedding context");
+      }
+      this.#embedBatch = new Batch(this.ctxPerSeq);
+    }
+    const ctx = this.#embedCtx;
+    const batch = this.#embedBatch!;
+    const mem = s.llama_get_memory(ctx)!;
+    const vectors: number[][] = [];
+    let tokens = 0;
+    for (const [i, text] of inputs.entries()) {
+      const toks = this.tokenize(text, true);
+      if (toks.length === 0) {
+        throw new InputError("invalid_value", `input[${i}] is empty`, "input");
+      }
+      if (toks.length > batch.capacity) {
+        throw new InputError(
+          "context_length_exceeded",
+          `input[${i}] has ${toks.length} tokens; this model embeds at most ${batch.capacity}`,
+          "input",
+        );
+      }
+      tokens += toks.length;
+      s.llama_memory_clear(mem, true);
+      batch.clear();
+      toks.forEach((t, p) => batch.add(t, p, 0, true));
+      const rc = await s.llama_decode(ctx, batch.value());
+      if (rc !== 0) {
+        throw new Error(`llama_decode failed with ${rc} while embedding`);
+      }
+      const p = s.llama_get_embeddings_seq(ctx, 0);
+      if (!p) throw new Error("The model returned no embedding");
+      const v = new Float32Array(
+        Deno.UnsafePointerView.getArrayBuffer(p, this.embd * 4).slice(0),
+      );
+      let norm = 0;
+      for (const x of v) norm += x * x;
+      norm = Math.sqrt(norm) || 1;
+      vectors.push(Array.from(v, (x) => x / norm));
+    }
+    return { vectors, tokens };
+  }
+
+  close() {
+    const s = this.llama.symbols;
+    if (this.#embedCtx) s.llama_free(this.#embedCtx);
+    s.llama_free(this.ctx);
+    s.llama_model_free(this.model);
+  }
+}
+
+function contextParams(
+  llama: Llama,
+  o: LoadOptions,
+  embeddings: boolean,
+): Uint8Array<ArrayBuffer> {
+  const cp = llama.symbols.llama_context_default_params();
+  const v = new DataView(cp.buffer);
+  const seqs = embeddings ? 1 : o.slots;
+  v.setUint32(CP.n_ctx, o.ctxPerSeq * seqs, true);
+  v.setUint32(CP.n_batch, embeddings ? o.ctxPerSeq : o.batch, true);
+  v.setUint32(
+    CP.n_ubatch,
+    embeddings ? o.ctxPerSeq : Math.min(o.batch, 512),
+    true,
+  );
+  v.setUint32(CP.n_seq_max, seqs, true);
+  v.setInt32(CP.n_threads, o.threads, true);
+  v.setInt32(CP.n_threads_batch, o.threads, true);
+  v.setUint8(CP.no_perf, 1);
+  v.setUint8(CP.kv_unified, 0);
+  if (embeddings) {
+    v.setUint8(CP.embeddings, 1);
+    v.setInt32(CP.pooling_type, 1, true); // LLAMA_POOLING_TYPE_MEAN
+  }
+  return cp as Uint8Array<ArrayBuffer>;
+}

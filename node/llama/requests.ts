@@ -1,0 +1,216 @@
+/**
+ * OpenAI request bodies → generation requests for the llama engine, with
+ * 400s in OpenAI's shape for anything malformed. Unknown fields (tools,
+ * response_format, user, …) are ignored, never rejected.
+ */
+import { OpenAIError } from "../../lib/openai_errors.ts";
+import type { OpenAIBody } from "../engine.ts";
+import type { ChatMessage, SamplingParams } from "./protocol.ts";
+
+/** A parsed generation request. */
+export interface GenerationRequest {
+  model: string;
+  stream: boolean;
+  messages?: ChatMessage[];
+  prompt?: string;
+  params: SamplingParams;
+}
+
+function bad(param: string, message: string, code = "invalid_value"): never {
+  throw new OpenAIError(400, code, message, { param });
+}
+
+function modelOf(body: OpenAIBody): string {
+  const m = body.model;
+  if (typeof m !== "string" || m.length === 0) {
+    bad("model", "`model` must be a non-empty string", "invalid_type");
+  }
+  if (m.length > 256) bad("model", "`model` is longer than 256 characters");
+  return m;
+}
+
+function numberIn(
+  body: OpenAIBody,
+  key: string,
+  min: number,
+  max: number,
+  fallback: number,
+  integer = false,
+): number {
+  const v = body[key];
+  if (v === undefined || v === null) return fallback;
+  if (
+    typeof v !== "number" || !Number.isFinite(v) ||
+    (integer && !Number.isInteger(v))
+  ) {
+    bad(
+      key,
+      `\`${key}\` must be ${integer ? "an integer" : "a number"}`,
+      "invalid_type",
+    );
+  }
+  if (v < min || v > max) {
+    bad(
+      key,
+      `\`${key}\` must be between ${min} and ${max}: current value is ${v}`,
+    );
+  }
+  return v;
+}
+
+function sampling(body: OpenAIBody): SamplingParams {
+  const maxKey = body.max_completion_tokens !== undefined &&
+      body.max_completion_tokens !== null
+    ? "max_completion_tokens"
+    : "max_tokens";
+  const maxTokens = body[maxKey] === undefined || body[maxKey] === null
+    ? null
+    : numberIn(body, maxKey, 1, 1 << 24, 1, true);
+  const n = numberIn(body, "n", 1, 128, 1, true);
+  if (n !== 1) {
+    bad("n", "This engine generates one choice per request: `n` must be 1");
+  }
+  let stop: string[] = [];
+  const s = body.stop;
+  if (typeof s === "string") stop = [s];
+  else if (Array.isArray(s)) {
+    if (
+      s.length > 16 || s.some((x) => typeof x !== "string" || x.length > 256)
+    ) {
+      bad(
+        "stop",
+        "`stop` must be a string or up to 16 strings of at most 256 characters",
+      );
+    }
+    stop = s as string[];
+  } else if (s !== undefined && s !== null) {
+    bad(
+      "stop",
+      "`stop` must be a string or an array of strings",
+      "invalid_type",
+    );
+  }
+  const seed = body.seed === undefined || body.seed === null
+    ? null
+    : numberIn(body, "seed", -(2 ** 53), 2 ** 53, 0, true);
+  return {
+    maxTokens,
+    temperature: numberIn(body, "temperature", 0, 2, 1),
+    topP: numberIn(body, "top_p", 0, 1, 1),
+    topK: numberIn(body, "top_k", 0, 1 << 20, 0, true),
+    minP: numberIn(body, "min_p", 0, 1, 0),
+    repeatPenalty: numberIn(body, "repeat_penalty", 0.01, 10, 1),
+    presencePenalty: numberIn(body, "presence_penalty", -2, 2, 0),
+    frequencyPenalty: numberIn(body, "frequency_penalty", -2, 2, 0),
+    seed: seed === null ? null : seed >>> 0,
+    stop,
+  };
+}
+
+function streamOf(body: OpenAIBody): boolean {
+  const s = body.stream;
+  if (s === undefined || s === null) return false;
+  if (typeof s !== "boolean") {
+    bad("stream", "`stream` must be a boolean", "invalid_type");
+  }
+  return s;
+}
+
+function textOf(content: unknown, i: number): string {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) {
+    bad(
+      `messages[${i}].content`,
+      "`content` must be a string or an array of parts",
+      "invalid_type",
+    );
+  }
+  let out = "";
+  for (const part of content) {
+    const p = part as Record<string, unknown>;
+    if (p?.type === "text" && typeof p.text === "string") out += p.text;
+    else {
+      bad(
+        `messages[${i}].content`,
+        `Content parts of type ${
+          JSON.stringify(p?.type ?? null)
+        } are not supported by this engine; send text`,
+      );
+    }
+  }
+  return out;
+}
+
+/** `POST /v1/chat/completions`. */
+export function parseChat(body: OpenAIBody): GenerationRequest {
+  const model = modelOf(body);
+  const raw = body.messages;
+  if (!Array.isArray(raw) || raw.length === 0) {
+    bad("messages", "`messages` must be a non-empty array", "invalid_type");
+  }
+  if (raw.length > 10_000) {
+    bad("messages", "`messages` has more than 10,000 entries");
+  }
+  const messages = raw.map((m, i): ChatMessage => {
+    const msg = m as Record<string, unknown>;
+    if (
+      typeof msg !== "object" || msg === null || typeof msg.role !== "string"
+    ) {
+      bad(
+        `messages[${i}]`,
+        "Each message needs a string `role`",
+        "invalid_type",
+      );
+    }
+    const role = msg.role === "developer" ? "system" : msg.role as string;
+    if (!/^[a-z_]{1,32}$/.test(role)) {
+      bad(`messages[${i}].role`, `Unknown role ${JSON.stringify(role)}`);
+    }
+    return { role, content: textOf(msg.content, i) };
+  });
+  return { model, stream: streamOf(body), messages, params: sampling(body) };
+}
+
+/** `POST /v1/completions`. */
+export function parseCompletion(body: OpenAIBody): GenerationRequest {
+  const model = modelOf(body);
+  let prompt = body.prompt;
+  if (
+    Array.isArray(prompt) && prompt.length === 1 &&
+    typeof prompt[0] === "string"
+  ) prompt = prompt[0];
+  if (typeof prompt !== "string") {
+    bad(
+      "prompt",
+      "`prompt` must be a string (token arrays and batches are not supported)",
+      "invalid_type",
+    );
+  }
+  return { model, stream: streamOf(body), prompt, params: sampling(body) };
+}
+
+/** `POST /v1/embeddings`: the inputs as strings. */
+export function parseEmbeddings(
+  body: OpenAIBody,
+): { model: string; inputs: string[]; base64: boolean } {
+  const model = modelOf(body);
+  const input = body.input;
+  const inputs = typeof input === "string" ? [input] : input;
+  if (
+    !Array.isArray(inputs) || inputs.length === 0 ||
+    inputs.some((x) => typeof x !== "string")
+  ) {
+    bad(
+      "input",
+      "`input` must be a string or a non-empty array of strings",
+      "invalid_type",
+    );
+  }
+  if (inputs.length > 2048) bad("input", "`input` has more than 2048 entries");
+  const fmt = body.encoding_format ?? "float";
+  if (fmt !== "float" && fmt !== "base64") {
+    bad("encoding_format", "`encoding_format` must be float or base64");
+  }
+  return { model, inputs: inputs as string[], base64: fmt === "base64" };
+}

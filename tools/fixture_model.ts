@@ -1,0 +1,209 @@
+/**
+ * `deno task fixture:model OUT.gguf [--size tiny|small] [--seed N]`
+ *
+ * Writes a llama-architecture GGUF with seeded random weights, a byte-level
+ * BPE vocabulary (256 byte tokens + ChatML control tokens) and a ChatML
+ * chat template. llama.cpp loads and runs it through exactly the code real
+ * models use; its output is deterministic gibberish.
+ */
+import { parseArgs } from "node:util";
+import {
+  type GgufEntry,
+  type GgufTensor,
+  writeGguf,
+} from "../node/llama/gguf.ts";
+
+/** Shapes of the generated models. */
+export const FIXTURE_SIZES = {
+  /** ~0.2 M parameters: loads in milliseconds, for tests. */
+  tiny: { embd: 64, layers: 2, heads: 4, headsKv: 2, ff: 192, ctx: 2048 },
+  /** ~100 M parameters: for benchmarks. */
+  small: { embd: 768, layers: 14, heads: 12, headsKv: 12, ff: 2048, ctx: 2048 },
+} as const;
+
+export type FixtureSize = keyof typeof FIXTURE_SIZES;
+
+export const CHATML_TEMPLATE =
+  "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/** GPT-2's byte → printable-unicode mapping, the byte-level BPE alphabet. */
+function byteAlphabet(): string[] {
+  const keep: number[] = [];
+  for (let b = 33; b <= 126; b++) keep.push(b);
+  for (let b = 161; b <= 172; b++) keep.push(b);
+  for (let b = 174; b <= 255; b++) keep.push(b);
+  const out: string[] = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    out[b] = String.fromCodePoint(keep.includes(b) ? b : 256 + extra++);
+  }
+  return out;
+}
+
+/** xorshift32: a tiny seeded generator, so the same seed gives the same file. */
+function rng(seed: number): () => number {
+  let s = (seed >>> 0) || 0x9e3779b9;
+  return () => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    return s / 0x100000000;
+  };
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** float32 → IEEE half bits (round to nearest; our values are small and normal). */
+function toHalf(x: number): number {
+  f32[0] = x;
+  const b = u32[0]!;
+  const sign = (b >>> 16) & 0x8000;
+  const exp = ((b >>> 23) & 0xff) - 127 + 15;
+  if (exp <= 0) return sign; // flush tiny values to zero
+  if (exp >= 31) return sign | 0x7bff;
+  return sign | (exp << 10) | (((b & 0x7fffff) + 0x1000) >>> 13);
+}
+
+function tensor(
+  name: string,
+  dims: number[],
+  type: 0 | 1,
+  init: () => number,
+): GgufTensor {
+  const n = dims.reduce((a, b) => a * b, 1);
+  if (type === 0) {
+    const data = new Float32Array(n);
+    for (let i = 0; i < n; i++) data[i] = init();
+    return { name, dims, type, data: new Uint8Array(data.buffer) };
+  }
+  const data = new Uint16Array(n);
+  for (let i = 0; i < n; i++) data[i] = toHalf(init());
+  return { name, dims, type, data: new Uint8Array(data.buffer) };
+}
+
+/** Writes a fixture model to `path`; returns its parameter count. */
+export async function writeFixtureModel(
+  path: string,
+  opts: { size?: FixtureSize; seed?: number; name?: string } = {},
+): Promise<number> {
+  const size = opts.size ?? "tiny";
+  const shape = FIXTURE_SIZES[size];
+  if (!shape) throw new Error(`Cannot write fixture: unknown size ${size}`);
+  const rand = rng(opts.seed ?? 42);
+  const uniform = (scale: number) => () => (rand() * 2 - 1) * scale;
+  const tokens = [
+    ...byteAlphabet(),
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+  ];
+  const types = tokens.map((_, i) => (i < 256 ? 1 : 3));
+  const vocab = tokens.length;
+  const { embd, layers, heads, headsKv, ff, ctx } = shape;
+  const kvDim = (embd / heads) * headsKv;
+  const metadata: [string, GgufEntry][] = [
+    ["general.architecture", { type: "string", value: "llama" }],
+    ["general.name", {
+      type: "string",
+      value: opts.name ?? `orchard-fixture-${size}`,
+    }],
+    ["general.file_type", { type: "u32", value: 1 }],
+    ["llama.context_length", { type: "u32", value: ctx }],
+    ["llama.embedding_length", { type: "u32", value: embd }],
+    ["llama.block_count", { type: "u32", value: layers }],
+    ["llama.feed_forward_length", { type: "u32", value: ff }],
+    ["llama.attention.head_count", { type: "u32", value: heads }],
+    ["llama.attention.head_count_kv", { type: "u32", value: headsKv }],
+    ["llama.rope.dimension_count", { type: "u32", value: embd / heads }],
+    ["llama.rope.freq_base", { type: "f32", value: 10000 }],
+    ["llama.attention.layer_norm_rms_epsilon", { type: "f32", value: 1e-5 }],
+    ["llama.vocab_size", { type: "u32", value: vocab }],
+    ["tokenizer.ggml.model", { type: "string", value: "gpt2" }],
+    ["tokenizer.ggml.pre", { type: "string", value: "default" }],
+    ["tokenizer.ggml.tokens", { type: "string[]", value: tokens }],
+    ["tokenizer.ggml.token_type", { type: "i32[]", value: types }],
+    ["tokenizer.ggml.merges", { type: "string[]", value: [] }],
+    ["tokenizer.ggml.bos_token_id", { type: "u32", value: 256 }],
+    ["tokenizer.ggml.eos_token_id", { type: "u32", value: 258 }],
+    ["tokenizer.ggml.eot_token_id", { type: "u32", value: 258 }],
+    ["tokenizer.ggml.padding_token_id", { type: "u32", value: 256 }],
+    ["tokenizer.ggml.add_bos_token", { type: "bool", value: false }],
+    ["tokenizer.chat_template", { type: "string", value: CHATML_TEMPLATE }],
+  ];
+  const ones = () => 1;
+  const tensors: GgufTensor[] = [
+    tensor("token_embd.weight", [embd, vocab], 1, uniform(1)),
+    tensor("output_norm.weight", [embd], 0, ones),
+    tensor("output.weight", [embd, vocab], 1, uniform(4 / Math.sqrt(embd))),
+  ];
+  for (let l = 0; l < layers; l++) {
+    const w = uniform(1 / Math.sqrt(embd));
+    tensors.push(
+      tensor(`blk.${l}.attn_norm.weight`, [embd], 0, ones),
+      tensor(`blk.${l}.attn_q.weight`, [embd, embd], 1, w),
+      tensor(`blk.${l}.attn_k.weight`, [embd, kvDim], 1, w),
+      tensor(`blk.${l}.attn_v.weight`, [embd, kvDim], 1, w),
+      tensor(`blk.${l}.attn_output.weight`, [embd, embd], 1, w),
+      tensor(`blk.${l}.ffn_norm.weight`, [embd], 0, ones),
+      tensor(`blk.${l}.ffn_gate.weight`, [embd, ff], 1, w),
+      tensor(`blk.${l}.ffn_up.weight`, [embd, ff], 1, w),
+      tensor(
+        `blk.${l}.ffn_down.weight`,
+        [ff, embd],
+        1,
+        uniform(1 / Math.sqrt(ff)),
+      ),
+    );
+  }
+  const params = tensors.reduce(
+    (n, t) => n + t.dims.reduce((a, b) => a * b, 1),
+    0,
+  );
+  const tmp = `${path}.tmp-${Deno.pid}`;
+  try {
+    using file = await Deno.open(tmp, {
+      write: true,
+      create: true,
+      truncate: true,
+    });
+    await writeGguf(file, metadata, tensors);
+  } catch (err) {
+    await Deno.remove(tmp).catch(() => {});
+    throw err;
+  }
+  await Deno.rename(tmp, path);
+  return params;
+}
+
+if (import.meta.main) {
+  const { values: args, positionals } = parseArgs({
+    args: Deno.args,
+    allowPositionals: true,
+    options: {
+      size: { type: "string" },
+      seed: { type: "string" },
+      name: { type: "string" },
+    },
+  });
+  const out = positionals[0];
+  const size = (args.size ?? "tiny") as FixtureSize;
+  if (typeof out !== "string" || !(size in FIXTURE_SIZES)) {
+    // deno-lint-ignore no-console
+    console.error(
+      "usage: deno task fixture:model OUT.gguf [--size tiny|small] [--seed N]",
+    );
+    Deno.exit(2);
+  }
+  const params = await writeFixtureModel(out, {
+    size,
+    seed: args.seed ? Number(args.seed) : undefined,
+    name: args.name,
+  });
+  // deno-lint-ignore no-console
+  console.log(
+    `wrote ${out}: ${size}, ${(params / 1e6).toFixed(1)} M parameters`,
+  );
+}
