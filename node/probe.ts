@@ -36,7 +36,9 @@ export async function collectProbe(): Promise<Probe> {
       };
       const probe = mod.probe;
       // Isolated: the probe runs in the orchard-linktest child, killed if a verbs call hangs.
-      if (typeof probe === "function") nativeProbe = () => probe({ isolate: true });
+      if (typeof probe === "function") {
+        nativeProbe = () => probe({ isolate: true });
+      }
     } catch (err) {
       log.debug("native probe unavailable", { error: String(err) });
     }
