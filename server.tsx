@@ -25,6 +25,9 @@ import { auditRoutes } from "./routes/audit.tsx";
 import { authRoutes } from "./routes/auth.tsx";
 import { tenantDetailRoutes } from "./routes/tenant.tsx";
 import { tenantRoutes } from "./routes/tenants.tsx";
+import { settingsRoutes } from "./routes/settings.tsx";
+import { statementRoutes } from "./routes/statements.tsx";
+import { usageRoutes } from "./routes/usage.tsx";
 
 /** Extra pieces mounted next to the portal and admin API. */
 export interface OrchardExtras {
@@ -92,7 +95,10 @@ export function createOrchardApp(
   });
   signedIn.route("/tenants", tenantRoutes);
   signedIn.route("/tenants", tenantDetailRoutes);
+  signedIn.route("/tenants", statementRoutes);
   signedIn.route("/audit", auditRoutes);
+  signedIn.route("/usage", usageRoutes);
+  signedIn.route("/settings", settingsRoutes);
   for (const part of extras.portalParts ?? []) {
     signedIn.route(part.path, part.app);
   }

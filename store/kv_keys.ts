@@ -91,7 +91,29 @@ export const k = {
     dimension: UsageDimension,
     subject: string,
   ) => ["usage_rollup", granularity, dimension, subject] as const,
+  /**
+   * Month rollups read across subjects (month first): tenant totals for top
+   * tenants, tenant × model tokens and node × tenant busy time for statements.
+   */
+  usageMonth: (
+    month: string,
+    dimension: UsageMonthDimension,
+    subject: string,
+    field: string,
+  ) => ["usage_month", month, dimension, subject, field] as const,
+  usageMonthPrefix: (month: string, dimension: UsageMonthDimension) =>
+    ["usage_month", month, dimension] as const,
 };
+
+/**
+ * Month rollup dimensions: subject is the tenant id, `tenantId/model`,
+ * the node id, or `nodeId/tenantId`.
+ */
+export type UsageMonthDimension =
+  | "tenant"
+  | "tenant_model"
+  | "node"
+  | "node_tenant";
 
 /**
  * Usage rollup dimensions: subject is the tenant id, `tenantId/keyId`,

@@ -6,7 +6,7 @@
  * a few hundred keys whatever the traffic, and percentiles come from the
  * buckets.
  */
-import { k, type UsageDimension } from "./kv_keys.ts";
+import { k, type UsageDimension, type UsageMonthDimension } from "./kv_keys.ts";
 import { listPage, type Page, type PageOptions } from "./pagination.ts";
 import type { Store } from "./store.ts";
 
@@ -85,10 +85,7 @@ export async function writeUsage(
 ): Promise<void> {
   if (records.length === 0) return;
   // Aggregate per rollup group first: one `sum` per counter key per batch.
-  const groups = new Map<
-    string,
-    { key: (f: string) => Deno.KvKey; f: Map<string, number> }
-  >();
+  const groups: Groups = new Map();
   for (const r of records) {
     const t = Date.parse(r.at);
     const fields: [string, number][] = [
@@ -99,6 +96,7 @@ export async function writeUsage(
       [`lat_${bucketOf(r.latencyMs)}`, 1],
     ];
     if (r.outcome !== "ok") fields.push(["errors", 1]);
+    if (r.status === 429) fields.push(["limited", 1]);
     if (r.ttftMs !== null) {
       fields.push(["ttft_sum", r.ttftMs], [`ttft_${bucketOf(r.ttftMs)}`, 1]);
     }
@@ -120,6 +118,7 @@ export async function writeUsage(
       }
     }
   }
+  addMonthRollups(records, groups);
   let op = store.kv.atomic();
   let n = 0;
   const flush = async () => {
@@ -145,6 +144,56 @@ export async function writeUsage(
   await flush();
 }
 
+type Groups = Map<
+  string,
+  { key: (f: string) => Deno.KvKey; f: Map<string, number> }
+>;
+
+/**
+ * Month rollups (UTC months): per tenant (requests, tokens, errors), per
+ * tenant × model (prompt, completion, requests) and node busy time as the
+ * sum of request latencies served by the node, overall and per tenant.
+ */
+function addMonthRollups(records: UsageRecord[], groups: Groups): void {
+  const add = (
+    month: string,
+    dim: UsageMonthDimension,
+    subject: string,
+    fields: [string, number][],
+  ) => {
+    const id = `month|${dim}|${subject}|${month}`;
+    let grp = groups.get(id);
+    if (!grp) {
+      grp = { key: (f) => k.usageMonth(month, dim, subject, f), f: new Map() };
+      groups.set(id, grp);
+    }
+    for (const [name, n] of fields) {
+      grp.f.set(name, (grp.f.get(name) ?? 0) + n);
+    }
+  };
+  for (const r of records) {
+    const month = r.at.slice(0, 7);
+    const tokens = r.promptTokens + r.completionTokens;
+    add(month, "tenant", r.tenantId, [
+      ["requests", 1],
+      ["tokens", tokens],
+      ["errors", r.outcome === "ok" ? 0 : 1],
+    ]);
+    add(month, "tenant_model", `${r.tenantId}/${r.model}`, [
+      ["requests", 1],
+      ["prompt", r.promptTokens],
+      ["completion", r.completionTokens],
+    ]);
+    if (r.nodeId) {
+      add(month, "node", r.nodeId, [["busy_ms", r.latencyMs]]);
+      add(month, "node_tenant", `${r.nodeId}/${r.tenantId}`, [[
+        "busy_ms",
+        r.latencyMs,
+      ]]);
+    }
+  }
+}
+
 /** A query over rollups: the narrowest dimension given is used. */
 export interface UsageQuery {
   tenantId?: string;
@@ -163,6 +212,8 @@ export interface UsagePoint {
   bucket: string;
   requests: number;
   errors: number;
+  /** Requests refused by a rate limit or quota (429); also counted in errors. */
+  limited: number;
   promptTokens: number;
   completionTokens: number;
   latencyMsSum: number;
@@ -194,6 +245,7 @@ function emptyPoint(bucket: string): UsagePoint {
     bucket,
     requests: 0,
     errors: 0,
+    limited: 0,
     promptTokens: 0,
     completionTokens: 0,
     latencyMsSum: 0,
@@ -207,6 +259,7 @@ function emptyPoint(bucket: string): UsagePoint {
 const FIELD: Record<string, keyof UsagePoint> = {
   requests: "requests",
   errors: "errors",
+  limited: "limited",
   prompt: "promptTokens",
   completion: "completionTokens",
   latency_sum: "latencyMsSum",
@@ -270,7 +323,11 @@ export async function usageTotals(
   store: Store,
   q: UsageQuery,
 ): Promise<UsageTotals> {
-  const series = await usageSeries(store, q);
+  return usageTotalsOf(await usageSeries(store, q));
+}
+
+/** Sums the points of a series into totals with percentiles. */
+export function usageTotalsOf(series: UsagePoint[]): UsageTotals {
   const t = emptyPoint("");
   for (const p of series) {
     for (const f of Object.values(FIELD)) (t[f] as number) += p[f] as number;

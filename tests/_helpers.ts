@@ -18,6 +18,10 @@ log.reload();
 export const TEST_ISLANDS: IslandManifest = {
   CopyButton: "/static/build/CopyButton-test.js",
   ConfirmSubmit: "/static/build/ConfirmSubmit-test.js",
+  UsageChart: "/static/build/UsageChart-test.js",
+  NodesLive: "/static/build/NodesLive-test.js",
+  MeshRunner: "/static/build/MeshRunner-test.js",
+  Playground: "/static/build/Playground-test.js",
 };
 
 /** A running test world: store, app and credentials for each role. */

@@ -34,6 +34,10 @@ const COVERAGE: Record<string, Cover> = {
   "DELETE /api/admin/v1/keys/:id": { kind: "tenant-b" },
   "POST /api/admin/v1/invites": { kind: "tenant-b" },
   "GET /api/admin/v1/audit": { kind: "own" },
+  "GET /api/admin/v1/usage": { kind: "own" },
+  "GET /api/admin/v1/statements": { kind: "own" },
+  "GET /api/admin/v1/settings/pricing": { kind: "platform-only" },
+  "PUT /api/admin/v1/settings/pricing": { kind: "platform-only" },
   // portal
   "GET /login": { kind: "public" },
   "POST /login": { kind: "public" },
@@ -55,6 +59,13 @@ const COVERAGE: Record<string, Cover> = {
     kind: "tenant-b",
   },
   "GET /audit": { kind: "own" },
+  // dashboards
+  "GET /usage": { kind: "own" },
+  "GET /settings": { kind: "platform-only" },
+  "POST /settings": { kind: "platform-only" },
+  "GET /tenants/:id/statements": { kind: "tenant-b" },
+  "GET /tenants/:id/statements/:month": { kind: "tenant-b" },
+  "GET /tenants/:id/statements/:month/csv": { kind: "tenant-b" },
   // fleet (platform admins only) and the node-facing API (node JWTs only)
   "GET /metrics": { kind: "platform-only" },
   "POST /api/node/v1/enroll": { kind: "platform-only" },
@@ -153,7 +164,8 @@ let bUserId = "";
 function fill(path: string, tenantId: string, keyId: string): string {
   return path.replace(":keyId", keyId).replace(":token", "x.y")
     .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
-    .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId);
+    .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId)
+    .replace(":month", new Date().toISOString().slice(0, 7));
 }
 
 const BODY: Record<string, unknown> = {
@@ -213,8 +225,10 @@ Deno.test("authorization matrix: no route leaks or changes tenant B's data for A
         }
       }
       const query = method === "GET" &&
-          (path.endsWith("/audit") || path.endsWith("/tenants"))
-        ? `?tenant=${w.tenantB.id}&search=glob`
+          /\/(audit|tenants|usage|statements)$/.test(path)
+        ? `?tenant=${w.tenantB.id}&search=glob&month=${
+          new Date().toISOString().slice(0, 7)
+        }`
         : "";
       const res = await w.app.request(url + query, { method, headers, body });
       const text = await res.text();

@@ -20,6 +20,11 @@ import {
   updateTenant,
 } from "../../store/tenants.ts";
 import { createInvite, listUsers } from "../../store/users.ts";
+import { getPricing, setPricing } from "../../store/pricing.ts";
+import { isPlatform, requirePlatform } from "../../store/principal.ts";
+import { buildStatement, statementCsv } from "../../store/statements.ts";
+import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
+import { ValidationError } from "../../store/errors.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
 import { openApiDocument } from "./openapi.ts";
@@ -155,5 +160,60 @@ export function createAdminApi(): Hono<AdminEnv> {
         limit: limitParam(c.req.query("limit")),
       }),
     ));
+  api.get("/usage", async (c) => {
+    const p = c.get("principal");
+    const q = c.req.query();
+    const tenant = q.tenant
+      ? (await findTenant(store(c), p, q.tenant.slice(0, 64))).id
+      : undefined;
+    return c.json(
+      await usageReport(
+        store(c),
+        p,
+        parseUsageQuery({
+          tenant,
+          key: q.key,
+          model: q.model,
+          granularity: q.granularity,
+          from: q.from,
+          to: q.to,
+        }),
+      ),
+    );
+  });
+  api.get("/statements", async (c) => {
+    const p = c.get("principal");
+    const q = c.req.query();
+    const ref = q.tenant?.slice(0, 64) || (isPlatform(p) ? "" : p.tenantId!);
+    if (!ref) throw new ValidationError("tenant: is required", "tenant");
+    const format = q.format ?? "json";
+    if (format !== "json" && format !== "csv") {
+      throw new ValidationError("format: must be csv or json", "format");
+    }
+    const tenant = await findTenant(store(c), p, ref);
+    const s = await buildStatement(
+      store(c),
+      p,
+      tenant.id,
+      (q.month ?? "").slice(0, 20),
+    );
+    if (format === "json") return c.json(s);
+    return c.body(statementCsv(s), 200, {
+      "content-type": "text/csv; charset=utf-8",
+      "content-disposition":
+        `attachment; filename="statement-${tenant.slug}-${s.month}.csv"`,
+    });
+  });
+  api.get("/settings/pricing", async (c) => {
+    requirePlatform(c.get("principal"));
+    return c.json(await getPricing(store(c)));
+  });
+  api.put(
+    "/settings/pricing",
+    async (c) =>
+      c.json(
+        await setPricing(store(c), c.get("principal"), await readJson(c)),
+      ),
+  );
   return api;
 }

@@ -1,0 +1,185 @@
+/**
+ * `/tenants/:id/statements/:month`: a tenant's monthly statement (token
+ * charges plus its share of node energy and hardware) and its CSV.
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { fmtInt, Stats } from "../components/dashboard.tsx";
+import { Alert, Card, Table } from "../components/ui.tsx";
+import { ServiceError } from "../store/errors.ts";
+import { formatMoney } from "../store/money.ts";
+import { getTenant } from "../store/tenants.ts";
+import {
+  buildStatement,
+  type Statement,
+  statementCsv,
+} from "../store/statements.ts";
+import { monthOf } from "../store/usage_month.ts";
+import type { PortalEnv } from "./_env.ts";
+import { page } from "./_page.tsx";
+
+type C = Context<PortalEnv>;
+
+function shiftMonth(month: string, by: number): string {
+  const [y, m] = month.split("-").map(Number) as [number, number];
+  return monthOf(Date.UTC(y, m - 1 + by, 1));
+}
+
+function body(s: Statement) {
+  const money = (micro: number) => `${formatMoney(micro)} ${s.currency}`;
+  return (
+    <>
+      <Stats
+        items={[
+          ["Requests", fmtInt(s.requests)],
+          ["Prompt tokens", fmtInt(s.promptTokens)],
+          ["Completion tokens", fmtInt(s.completionTokens)],
+          ["Busy time", `${(s.busyMs / 3_600_000).toFixed(2)} h`],
+          [
+            "Total",
+            <span key="t" data-testid="statement-total">
+              {money(s.totalMicro)}
+            </span>,
+          ],
+        ]}
+      />
+      {s.notes.map((n) => <Alert key={n} tone="warn">{n}</Alert>)}
+      <Card title="Lines">
+        <Table
+          head={["Item", "Quantity", "Unit price", "Amount"]}
+          rows={s.lines.length}
+          empty="Nothing to charge this month."
+        >
+          {s.lines.map((l, i) => (
+            <tr key={i} data-kind={l.kind}>
+              <td>{l.description}</td>
+              <td class="mono">
+                {l.unit === "tokens"
+                  ? fmtInt(l.quantity)
+                  : l.quantity.toFixed(3)} {l.unit}
+              </td>
+              <td class="mono">
+                {l.unitPriceMicro === null
+                  ? "share"
+                  : `${formatMoney(l.unitPriceMicro, 4)} / ${
+                    l.unit === "tokens" ? "1M tokens" : l.unit
+                  }`}
+              </td>
+              <td class="mono">{money(l.amountMicro)}</td>
+            </tr>
+          ))}
+          <tr class="total">
+            <td colSpan={3}>Total</td>
+            <td class="mono">{money(s.totalMicro)}</td>
+          </tr>
+        </Table>
+        <p class="muted" style="margin-top:12px">
+          Node costs use each node's busy time (the sum of the latencies of the
+          requests it served). Each line is rounded to the cent; the total is
+          the sum of the lines.
+        </p>
+      </Card>
+    </>
+  );
+}
+
+async function view(c: C) {
+  const store = c.get("deps").store;
+  const p = c.get("principal")!;
+  const tenant = await getTenant(store, p, c.req.param("id")!);
+  const month = c.req.param("month")!.slice(0, 20);
+  let s: Statement | null = null;
+  let error: string | null = null;
+  try {
+    s = await buildStatement(store, p, tenant.id, month);
+  } catch (err) {
+    if (!(err instanceof ServiceError) || err.status !== 400) throw err;
+    error = err.message;
+  }
+  const valid = /^\d{4}-(0[1-9]|1[0-2])$/.test(month);
+  return page(
+    c,
+    `Statement ${valid ? month : ""}`,
+    "/usage",
+    (
+      <>
+        <h1>Statement {valid ? month : ""}</h1>
+        <p class="sub">
+          <a href={`/tenants/${tenant.id}`}>{tenant.name}</a>
+          {s && (
+            <>
+              {" · "}
+              {s.period.from.slice(0, 10)} – {s.period.to.slice(0, 16).replace(
+                "T",
+                " ",
+              )} UTC{s.period.complete ? "" : " (month to date)"}
+            </>
+          )}
+        </p>
+        <p class="row">
+          {valid && (
+            <a
+              class="btn small"
+              href={`/tenants/${tenant.id}/statements/${shiftMonth(month, -1)}`}
+            >
+              ← {shiftMonth(month, -1)}
+            </a>
+          )}
+          {valid && s && !s.period.complete ? null : valid && (
+            <a
+              class="btn small"
+              href={`/tenants/${tenant.id}/statements/${shiftMonth(month, 1)}`}
+            >
+              {shiftMonth(month, 1)} →
+            </a>
+          )}
+          {s && (
+            <a
+              class="btn small primary"
+              href={`/tenants/${tenant.id}/statements/${month}/csv`}
+              download
+              data-testid="statement-csv"
+            >
+              Download CSV
+            </a>
+          )}
+        </p>
+        {error && <Alert tone="error">{error}</Alert>}
+        {s && body(s)}
+      </>
+    ),
+    error ? 400 : 200,
+  );
+}
+
+/** `/tenants/:id/statements…` (mounted under `/tenants`). */
+export const statementRoutes = new Hono<PortalEnv>()
+  .get("/:id/statements", async (c) => {
+    const t = await getTenant(
+      c.get("deps").store,
+      c.get("principal")!,
+      c.req.param("id"),
+    );
+    return c.redirect(
+      `/tenants/${t.id}/statements/${monthOf(Date.now())}`,
+      303,
+    );
+  })
+  .get("/:id/statements/:month", (c) => view(c))
+  .get("/:id/statements/:month/csv", async (c) => {
+    const store = c.get("deps").store;
+    const p = c.get("principal")!;
+    const tenant = await getTenant(store, p, c.req.param("id"));
+    const s = await buildStatement(
+      store,
+      p,
+      tenant.id,
+      c.req.param("month").slice(0, 20),
+    );
+    return c.body(statementCsv(s), 200, {
+      "content-type": "text/csv; charset=utf-8",
+      "content-disposition":
+        `attachment; filename="statement-${tenant.slug}-${s.month}.csv"`,
+      "cache-control": "no-store",
+    });
+  });

@@ -1,0 +1,153 @@
+/**
+ * Reads of the month rollups written by `writeUsage` (UTC months): tenant
+ * totals for the top-tenants table, a tenant's tokens per model, and node
+ * busy time (the sum of the latencies of the requests a node served),
+ * overall and per tenant, for statements.
+ */
+import { k } from "./kv_keys.ts";
+import { type Principal, requirePlatform } from "./principal.ts";
+import type { Store } from "./store.ts";
+import type { Tenant } from "./tenants.ts";
+
+/** A tenant's totals in one month. */
+export interface TenantMonthTotals {
+  tenantId: string;
+  requests: number;
+  tokens: number;
+  errors: number;
+}
+
+/** A tenant's use of one model in one month. */
+export interface ModelMonthTotals {
+  model: string;
+  requests: number;
+  prompt: number;
+  completion: number;
+}
+
+const u64 = (v: unknown) => v instanceof Deno.KvU64 ? Number(v.value) : 0;
+
+/** `YYYY-MM` of a time (UTC). */
+export function monthOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 7);
+}
+
+/** Every tenant's totals in `month` (one range read, whatever the traffic). */
+export async function tenantMonthTotals(
+  store: Store,
+  month: string,
+): Promise<TenantMonthTotals[]> {
+  const byTenant = new Map<string, TenantMonthTotals>();
+  const prefix = k.usageMonthPrefix(month, "tenant");
+  const it = store.kv.list<Deno.KvU64>({ prefix }, { batchSize: 1000 });
+  for await (const e of it) {
+    const id = e.key[prefix.length] as string;
+    const f = e.key[prefix.length + 1] as string;
+    let t = byTenant.get(id);
+    if (!t) {
+      t = { tenantId: id, requests: 0, tokens: 0, errors: 0 };
+      byTenant.set(id, t);
+    }
+    if (f === "requests" || f === "tokens" || f === "errors") {
+      t[f] += u64(e.value);
+    }
+  }
+  return [...byTenant.values()];
+}
+
+/** A row of the top-tenants table. */
+export interface TopTenant extends TenantMonthTotals {
+  name: string;
+  slug: string;
+}
+
+/** The `limit` tenants with the most tokens in `month` (platform admins only). */
+export async function topTenants(
+  store: Store,
+  p: Principal,
+  month: string,
+  limit = 10,
+): Promise<TopTenant[]> {
+  requirePlatform(p);
+  const all = await tenantMonthTotals(store, month);
+  all.sort((a, b) => b.tokens - a.tokens || b.requests - a.requests);
+  const top = all.slice(0, limit);
+  const out: TopTenant[] = [];
+  for (let i = 0; i < top.length; i += 10) {
+    const part = top.slice(i, i + 10);
+    const ts = await store.kv.getMany<Tenant[]>(
+      part.map((t) => k.tenant(t.tenantId)),
+    );
+    part.forEach((t, j) => {
+      const tenant = ts[j]?.value;
+      out.push({
+        ...t,
+        name: tenant?.name ?? "(deleted tenant)",
+        slug: tenant?.slug ?? "",
+      });
+    });
+  }
+  return out;
+}
+
+/** A tenant's tokens per model in `month` (access checks are the caller's). */
+export async function tenantModelMonth(
+  store: Store,
+  tenantId: string,
+  month: string,
+): Promise<ModelMonthTotals[]> {
+  const prefix = k.usageMonthPrefix(month, "tenant_model");
+  const byModel = new Map<string, ModelMonthTotals>();
+  const it = store.kv.list<Deno.KvU64>({
+    start: [...prefix, `${tenantId}/`],
+    end: [...prefix, `${tenantId}/\uffff`],
+  });
+  for await (const e of it) {
+    const model = (e.key[prefix.length] as string).slice(tenantId.length + 1);
+    const f = e.key[prefix.length + 1] as string;
+    let m = byModel.get(model);
+    if (!m) {
+      m = { model, requests: 0, prompt: 0, completion: 0 };
+      byModel.set(model, m);
+    }
+    if (f === "requests" || f === "prompt" || f === "completion") {
+      m[f] += u64(e.value);
+    }
+  }
+  return [...byModel.values()].sort((a, b) => a.model.localeCompare(b.model));
+}
+
+/** Busy time of one node in a month: all tenants, and the given tenant's part. */
+export interface NodeBusy {
+  nodeId: string;
+  busyMs: number;
+  tenantBusyMs: number;
+}
+
+/** Every node's busy time in `month` with `tenantId`'s part of it. */
+export async function nodeBusyMonth(
+  store: Store,
+  tenantId: string,
+  month: string,
+): Promise<NodeBusy[]> {
+  const out: NodeBusy[] = [];
+  const prefix = k.usageMonthPrefix(month, "node");
+  for await (const e of store.kv.list<Deno.KvU64>({ prefix })) {
+    if (e.key[prefix.length + 1] !== "busy_ms") continue;
+    out.push({
+      nodeId: e.key[prefix.length] as string,
+      busyMs: u64(e.value),
+      tenantBusyMs: 0,
+    });
+  }
+  for (let i = 0; i < out.length; i += 10) {
+    const part = out.slice(i, i + 10);
+    const vals = await store.kv.getMany<Deno.KvU64[]>(
+      part.map((n) =>
+        k.usageMonth(month, "node_tenant", `${n.nodeId}/${tenantId}`, "busy_ms")
+      ),
+    );
+    part.forEach((n, j) => n.tenantBusyMs = u64(vals[j]?.value));
+  }
+  return out;
+}

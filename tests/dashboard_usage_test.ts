@@ -1,0 +1,221 @@
+/** Usage reports: the admin API, the /usage page and quota status, read from rollups. */
+import assert from "node:assert/strict";
+import { setTenantLimits } from "../store/limits.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { Admitter, limitPlan } from "../store/quota.ts";
+import { type UsageRecord, writeUsage } from "../store/usage.ts";
+import { parseUsageQuery } from "../store/usage_report.ts";
+import { api, createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
+
+const HOUR = 3_600_000;
+
+function rec(w: TestWorld, i: number, over: Partial<UsageRecord> = {}) {
+  return {
+    id: `r${i}`,
+    at: new Date(Date.UTC(2026, 9, 5, 10) + i * HOUR).toISOString(),
+    requestId: `req${i}`,
+    tenantId: w.tenantA.id,
+    keyId: "key1",
+    model: "tiny",
+    nodeId: "n1",
+    endpoint: "chat" as const,
+    promptTokens: 10,
+    completionTokens: 5,
+    latencyMs: 120,
+    ttftMs: 40,
+    status: 200,
+    outcome: "ok" as const,
+    ...over,
+  };
+}
+
+async function seed(w: TestWorld) {
+  await writeUsage(w.store, [
+    rec(w, 0),
+    rec(w, 1),
+    rec(w, 1, { id: "r1b", keyId: "key2", model: "big", latencyMs: 3000 }),
+    rec(w, 2, {
+      status: 429,
+      outcome: "error",
+      completionTokens: 0,
+      promptTokens: 0,
+      nodeId: null,
+      ttftMs: null,
+    }),
+    rec(w, 3, {
+      status: 503,
+      outcome: "error",
+      completionTokens: 0,
+      nodeId: null,
+      ttftMs: null,
+    }),
+    rec(w, 0, { id: "rb", tenantId: w.tenantB.id, promptTokens: 1000 }),
+  ]);
+}
+
+const RANGE = "from=2026-10-05T10:00:00Z&to=2026-10-05T13:59:59Z";
+
+Deno.test("GET /api/admin/v1/usage returns totals and one point per hour from the rollups", async () => {
+  const w = await createWorld();
+  try {
+    await seed(w);
+    const res = await api(
+      w,
+      "GET",
+      `/usage?tenant=acme&${RANGE}&granularity=hour`,
+      w.tokens.platform,
+    );
+    assert.equal(res.status, 200);
+    const body = await res.json();
+    assert.equal(body.query.tenantId, w.tenantA.id);
+    assert.deepEqual(body.series.map((p: { requests: number }) => p.requests), [
+      1,
+      2,
+      1,
+      1,
+    ]);
+    assert.equal(body.totals.requests, 5);
+    assert.equal(body.totals.promptTokens, 40);
+    assert.equal(body.totals.completionTokens, 15);
+    assert.equal(body.totals.errors, 2);
+    assert.equal(body.totals.limited, 1);
+    assert.equal(body.totals.latencyP50Ms, 250);
+    assert.equal(body.totals.latencyP95Ms, 5000);
+    assert.equal(body.totals.ttftP50Ms, 50);
+    const byKey = await (await api(
+      w,
+      "GET",
+      `/usage?tenant=acme&key=key2&${RANGE}`,
+      w.tokens.adminA,
+    )).json();
+    assert.equal(byKey.totals.requests, 1);
+    const byModel = await (await api(
+      w,
+      "GET",
+      `/usage?tenant=acme&model=big&${RANGE}`,
+      w.tokens.viewerA,
+    )).json();
+    assert.equal(byModel.totals.latencyMsSum, 3000);
+    const cluster = await (await api(
+      w,
+      "GET",
+      `/usage?${RANGE}&granularity=day`,
+      w.tokens.platform,
+    )).json();
+    assert.equal(cluster.series.length, 1);
+    assert.equal(cluster.totals.promptTokens, 1040);
+    // A tenant token without a tenant gets its own tenant, never the cluster.
+    const own = await (await api(w, "GET", `/usage?${RANGE}`, w.tokens.adminA))
+      .json();
+    assert.equal(own.query.tenantId, w.tenantA.id);
+    assert.equal(own.totals.promptTokens, 40);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("GET /api/admin/v1/usage refuses other tenants (404) and bad queries (400 with the field)", async () => {
+  const w = await createWorld();
+  try {
+    await seed(w);
+    for (const t of [w.tenantB.id, "globex"]) {
+      const res = await api(w, "GET", `/usage?tenant=${t}`, w.tokens.adminA);
+      assert.equal(res.status, 404);
+      assert.doesNotMatch(await res.text(), /1000/);
+    }
+    for (
+      const [q, field] of [
+        ["granularity=week", "granularity"],
+        ["from=yesterday", "from"],
+        ["from=2026-10-05&to=2026-10-01", "from"],
+        ["from=2026-01-01&to=2026-10-01&granularity=hour", "to"],
+        ["key=key1", "key"],
+      ]
+    ) {
+      const res = await api(w, "GET", `/usage?${q}`, w.tokens.platform);
+      assert.equal(res.status, 400, q);
+      const body = await res.json();
+      assert.equal(body.error.field, field, q);
+      assert.equal(typeof body.error.message, "string");
+    }
+    const anon = await api(w, "GET", "/usage", null);
+    assert.equal(anon.status, 401);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("parseUsageQuery() defaults to the last 24 h by hour and includes the whole `to` day", () => {
+  const now = Date.UTC(2026, 9, 5, 12);
+  const q = parseUsageQuery({}, now);
+  assert.equal(q.granularity, "hour");
+  assert.equal(q.to - q.from, 24 * HOUR - 1);
+  const d = parseUsageQuery({
+    from: "2026-10-01",
+    to: "2026-10-03",
+    granularity: "day",
+  }, now);
+  assert.equal(new Date(d.to).toISOString(), "2026-10-03T23:59:59.999Z");
+});
+
+Deno.test("/usage renders charts with data, top tenants, quota status; a tenant viewer sees only their tenant", async () => {
+  const w = await createWorld();
+  try {
+    await seed(w);
+    await setTenantLimits(w.store, SYSTEM, w.tenantA.id, {
+      tokensPerDay: 100,
+      rpm: 1000,
+    });
+    const admitted = await new Admitter(w.store).admit({
+      plan: limitPlan(w.tenantA.id, "key1", {
+        rpm: 1000,
+        tpm: null,
+        concurrency: null,
+        tokensPerDay: 100,
+        tokensPerMonth: null,
+      }, null),
+      tokens: 85,
+      minTokens: 85,
+      reclaimTokens: 85,
+      ttlMs: 60_000,
+    });
+    assert.ok(admitted.ok);
+    const admin = await portalLogin(w, "root@example.com");
+    const get = (path: string, cookie = admin.cookie) =>
+      w.app.request(path, { headers: { cookie } });
+    const cluster = await get(`/usage?${RANGE}&granularity=hour`);
+    assert.equal(cluster.status, 200);
+    const html = await cluster.text();
+    const props = [
+      ...html.matchAll(/data-name="UsageChart" data-props="([^"]+)"/g),
+    ]
+      .map((m) => JSON.parse(m[1]!.replaceAll("&quot;", '"')));
+    assert.equal(props.length, 3);
+    assert.deepEqual(props[0].datasets[2].data, [2, 2, 1, 1]);
+    assert.deepEqual(props[2].datasets[0].data, [0, 0, 1, 0]);
+    assert.match(html, /Top tenants in 2026-10/);
+    const top = html.slice(html.indexOf("Top tenants"));
+    assert.ok(top.indexOf("Globex") < top.indexOf("Acme"), "B used more");
+
+    const tenant = await (await get(`/usage?tenant=${w.tenantA.id}&range=24h`))
+      .text();
+    assert.match(tenant, /data-quota="tokensPerDay" class="hot"/);
+    assert.match(tenant, />85%</);
+    assert.match(tenant, /data-quota="rpm"><td>/);
+
+    const viewer = await portalLogin(w, "a-viewer@example.com");
+    const own = await get(`/usage?${RANGE}`, viewer.cookie);
+    assert.equal(own.status, 200);
+    const ownHtml = await own.text();
+    assert.match(ownHtml, /Acme/);
+    assert.doesNotMatch(ownHtml, /Globex|Top tenants/);
+    const other = await get(`/usage?tenant=${w.tenantB.id}`, viewer.cookie);
+    assert.equal(other.status, 404);
+    assert.doesNotMatch(await other.text(), /Globex/);
+    const bad = await get(`/usage?granularity=minute`);
+    assert.equal(bad.status, 400);
+    assert.match(await bad.text(), /granularity: must be hour or day/);
+  } finally {
+    await w.close();
+  }
+});
