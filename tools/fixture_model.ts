@@ -84,10 +84,35 @@ function tensor(
   return { name, dims, type, data: new Uint8Array(data.buffer) };
 }
 
+/**
+ * The output projection: random rows for printable ASCII and newline, zero
+ * rows for every other token, so greedy text is readable gibberish (and
+ * never a broken UTF-8 sequence) and rarely ends before `max_tokens`.
+ */
+function outputTensor(
+  embd: number,
+  vocab: number,
+  init: () => number,
+): GgufTensor {
+  const t = tensor("output.weight", [embd, vocab], 1, init);
+  const halves = new Uint16Array(t.data.buffer);
+  for (let tok = 0; tok < vocab; tok++) {
+    if ((tok >= 32 && tok < 127) || tok === 10) continue;
+    halves.fill(0, tok * embd, (tok + 1) * embd);
+  }
+  return t;
+}
+
 /** Writes a fixture model to `path`; returns its parameter count. */
 export async function writeFixtureModel(
   path: string,
-  opts: { size?: FixtureSize; seed?: number; name?: string } = {},
+  opts: {
+    size?: FixtureSize;
+    seed?: number;
+    name?: string;
+    /** Chat template to embed (default ChatML). */
+    template?: string;
+  } = {},
 ): Promise<number> {
   const size = opts.size ?? "tiny";
   const shape = FIXTURE_SIZES[size];
@@ -131,13 +156,16 @@ export async function writeFixtureModel(
     ["tokenizer.ggml.eot_token_id", { type: "u32", value: 258 }],
     ["tokenizer.ggml.padding_token_id", { type: "u32", value: 256 }],
     ["tokenizer.ggml.add_bos_token", { type: "bool", value: false }],
-    ["tokenizer.chat_template", { type: "string", value: CHATML_TEMPLATE }],
+    ["tokenizer.chat_template", {
+      type: "string",
+      value: opts.template ?? CHATML_TEMPLATE,
+    }],
   ];
   const ones = () => 1;
   const tensors: GgufTensor[] = [
     tensor("token_embd.weight", [embd, vocab], 1, uniform(1)),
     tensor("output_norm.weight", [embd], 0, ones),
-    tensor("output.weight", [embd, vocab], 1, uniform(4 / Math.sqrt(embd))),
+    outputTensor(embd, vocab, uniform(4 / Math.sqrt(embd))),
   ];
   for (let l = 0; l < layers; l++) {
     const w = uniform(1 / Math.sqrt(embd));

@@ -37,6 +37,8 @@ interface Seq {
   stops: string[];
   holdback: number;
   cancelled: boolean;
+  /** Most sequences that shared one decode with this one. */
+  peak: number;
 }
 
 const out = Deno.stdout.writable.getWriter();
@@ -72,6 +74,7 @@ function finish(s: Seq, reason: FinishReason) {
     promptTokens: s.prompt.length,
     completionTokens: s.generated,
     cancelled: s.cancelled,
+    peakBatch: s.peak,
   });
 }
 
@@ -158,6 +161,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       stops: p.stop.filter((s) => s.length > 0),
       holdback: Math.max(0, ...p.stop.map((s) => s.length - 1)),
       cancelled: false,
+      peak: 0,
     });
     emit({ ev: "started", id: req.id, promptTokens: prompt.length });
   } catch (err) {
@@ -177,11 +181,13 @@ async function step() {
   const b = model.batch;
   b.clear();
   const active = [...seqs.values()];
+  const inStep = new Set<Seq>();
   for (const s of active) {
     s.out = -1;
     if (s.pending !== null) {
       s.out = b.add(s.pending, s.pos++, s.slot, true);
       s.pending = null;
+      inStep.add(s);
     }
   }
   for (const s of active) {
@@ -194,8 +200,10 @@ async function step() {
       if (last) s.out = idx;
     }
     s.fed += take;
+    inStep.add(s);
   }
   if (b.n === 0) return;
+  for (const s of inStep) s.peak = Math.max(s.peak, inStep.size);
   const rc = await model.decode();
   if (rc !== 0) {
     for (const s of active) {

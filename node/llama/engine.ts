@@ -56,11 +56,12 @@ interface Loaded {
 }
 
 /** Creates the llama engine; `start()` checks the libraries and scans the models. */
-export function createLlamaEngine(opts: LlamaEngineOptions): Engine {
+export function createLlamaEngine(opts: LlamaEngineOptions): LlamaEngine {
   return new LlamaEngine(opts);
 }
 
-class LlamaEngine implements Engine {
+/** The llama engine; beyond `Engine`, it reports batching and its processes. */
+export class LlamaEngine implements Engine {
   readonly kind = "llama" as const;
   #opts: Required<Omit<LlamaEngineOptions, "contextSize">> & {
     contextSize?: number;
@@ -69,6 +70,7 @@ class LlamaEngine implements Engine {
   #scannedAt = 0;
   #state = new Map<string, Loaded>();
   #meter = new TokenMeter();
+  #peakBatch = 0;
   #healthy = false;
   #detail: string | undefined = "not started";
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -191,6 +193,23 @@ class LlamaEngine implements Engine {
     };
   }
 
+  /** Most requests that have shared one decode step since start. */
+  get peakBatch(): number {
+    return this.#peakBatch;
+  }
+
+  /** Running model processes: model id → pid and how often it was restarted after a crash. */
+  processes(): Record<string, { pid: number | null; restarts: number }> {
+    const out: Record<string, { pid: number | null; restarts: number }> = {};
+    for (const [id, st] of this.#state) {
+      out[id] = {
+        pid: st.proc?.alive ? st.proc.pid : null,
+        restarts: st.restarts,
+      };
+    }
+    return out;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -250,6 +269,9 @@ class LlamaEngine implements Engine {
       if (e.ev === "text") {
         this.#meter.add(e.tokens - produced);
         produced = e.tokens;
+      }
+      if (e.ev === "done") {
+        this.#peakBatch = Math.max(this.#peakBatch, e.peakBatch);
       }
       if (e.ev === "done" || e.ev === "error") end();
       q.push(e);

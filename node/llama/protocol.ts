@@ -72,6 +72,8 @@ export type ChildEvent =
     promptTokens: number;
     completionTokens: number;
     cancelled: boolean;
+    /** Most sequences that shared one decode with this request (continuous batching at work). */
+    peakBatch: number;
   }
   | { ev: "embedding"; id: string; vectors: number[][]; promptTokens: number }
   | {
