@@ -155,6 +155,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
           const got = byId.get(m.id);
           if (got) {
             got.nodeIds.push(v.id);
+            got.embeddings = !!got.embeddings && !!m.embeddings;
             for (const a of m.aliases ?? []) {
               if (!got.aliases.includes(a)) got.aliases.push(a);
             }
@@ -163,6 +164,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
               id: m.id,
               aliases: [...(m.aliases ?? [])],
               kind: m.kind,
+              ...(m.embeddings ? { embeddings: true } : {}),
               ...(m.contextLength ? { contextLength: m.contextLength } : {}),
               nodeIds: [v.id],
             });

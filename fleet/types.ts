@@ -36,6 +36,8 @@ export interface Fleet {
     id: string;
     aliases: string[];
     kind: EngineModel["kind"];
+    /** Every serving node also embeds with this chat model. */
+    embeddings?: boolean;
     contextLength?: number;
     nodeIds: string[];
   }[];

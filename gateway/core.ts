@@ -114,7 +114,9 @@ export class GatewayCore {
     const served = this.fleet.servedModels().find((m) => m.id === id);
     if (
       !served || !modelAllowed(ctx, id, named) ||
-      (kind === "embedding") !== (served.kind === "embedding")
+      (kind === "embedding"
+        ? served.kind !== "embedding" && !served.embeddings
+        : served.kind === "embedding")
     ) {
       throw new OpenAIError(
         404,

@@ -32,6 +32,8 @@ export interface EngineModel {
   contextLength?: number;
   /** Aliases that also resolve to this model. */
   aliases?: string[];
+  /** A chat model that also serves `/v1/embeddings` (llama: mean pooling). */
+  embeddings?: boolean;
 }
 
 /** Load and health figures reported in each heartbeat. */

@@ -63,6 +63,7 @@ const modelSchema = z.object({
   kind: z.enum(["chat", "embedding"]),
   contextLength: z.number().int().min(0).max(1e8).optional(),
   aliases: z.array(z.string().min(1).max(200)).max(8).optional(),
+  embeddings: z.boolean().optional(),
 });
 const models = z.array(modelSchema).max(256);
 const count = z.number().int().min(0).max(1e6);

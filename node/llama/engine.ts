@@ -135,6 +135,7 @@ export class LlamaEngine implements Engine {
         id: e.id,
         loaded: !!this.#state.get(e.id)?.proc?.alive,
         kind: e.facts.embeddingOnly ? "embedding" : "chat",
+        embeddings: true,
         contextLength: this.#contextOf(e),
         aliases: e.sidecar.aliases ?? [],
       });
