@@ -7,6 +7,7 @@
 import type { Hono } from "hono";
 import type { Config } from "./config.ts";
 import { createNodesAdminApi } from "./fleet/admin_api.ts";
+import { createLinkTests } from "./fleet/link_tests.ts";
 import { createNodeFacingApi } from "./fleet/node_api.ts";
 import { NODE_API_PATH } from "./fleet/protocol.ts";
 import { createFleet, type FleetRegistry } from "./fleet/registry.ts";
@@ -16,6 +17,10 @@ import {
   type GatewayOptions,
 } from "./gateway/mod.ts";
 import type { IslandManifest } from "./lib/islands_build.ts";
+import { createMeshPages } from "./routes/mesh.tsx";
+import { modelsRoutes } from "./routes/models.tsx";
+import { createNodesPages } from "./routes/nodes.tsx";
+import { createPlaygroundPage } from "./routes/playground.tsx";
 import { createOrchardApp, type OrchardExtras } from "./server.tsx";
 import type { Store } from "./store/store.ts";
 
@@ -38,6 +43,8 @@ export interface OrchardOptions {
   /** Extra portal pages (dashboards). */
   portalParts?: OrchardExtras["portalParts"];
   adminParts?: OrchardExtras["adminParts"];
+  /** How often `/nodes/events` pushes node state (default 2000 ms). */
+  liveIntervalMs?: number;
 }
 
 /** Builds Orchard. */
@@ -45,6 +52,9 @@ export function createOrchard(opts: OrchardOptions): Orchard {
   const { store, config } = opts;
   const fleet = createFleet({ store, refreshMs: opts.fleetRefreshMs });
   const gateway = createGateway({ store, config, fleet }, opts.gateway);
+  // One link-test runner, so the API and the mesh page share its progress.
+  const links = createLinkTests({ store, fleet });
+  const fleetPages = { fleet, links, liveIntervalMs: opts.liveIntervalMs };
   const app = createOrchardApp({ store, config }, opts.islands, {
     gateway: gateway.app,
     parts: [{
@@ -52,10 +62,16 @@ export function createOrchard(opts: OrchardOptions): Orchard {
       app: createNodeFacingApi({ store, config }),
     }],
     adminParts: [
-      createNodesAdminApi({ store, fleet, config }),
+      createNodesAdminApi({ store, fleet, config, links }),
       ...(opts.adminParts ?? []),
     ],
-    portalParts: opts.portalParts,
+    portalParts: [
+      { path: "/nodes", app: createNodesPages(fleetPages) },
+      { path: "/mesh", app: createMeshPages(fleetPages) },
+      { path: "/models", app: modelsRoutes },
+      { path: "/playground", app: createPlaygroundPage(fleetPages) },
+      ...(opts.portalParts ?? []),
+    ],
   });
   return {
     app,

@@ -18,7 +18,7 @@ import {
 import { requirePlatform } from "../store/principal.ts";
 import type { Store } from "../store/store.ts";
 import { readJsonBody } from "./_json.ts";
-import { createLinkTests } from "./link_tests.ts";
+import { createLinkTests, type LinkTests } from "./link_tests.ts";
 import type { Fleet } from "./types.ts";
 
 /** What the nodes admin API is built from. */
@@ -27,6 +27,8 @@ export interface NodesAdminDeps {
   /** Calls nodes with a gateway-signed JWT (the registry from createFleet). */
   fleet: Pick<Fleet, "fetchNode">;
   config: Pick<Config, "publicUrl">;
+  /** The link-test runner, shared with the portal's mesh page (default: a new one). */
+  links?: LinkTests;
 }
 
 const MAX_BODY = 16 * 1024;
@@ -43,7 +45,7 @@ function limit(raw: string | undefined): number | undefined {
 /** Builds the nodes admin sub-app (platform admins only). */
 export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
   const { store } = deps;
-  const links = createLinkTests(deps);
+  const links = deps.links ?? createLinkTests(deps);
   const api = new Hono<AdminEnv>();
 
   api.post("/join-tokens", async (c) => {

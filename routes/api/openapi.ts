@@ -213,6 +213,69 @@ export function openApiDocument() {
           ],
         }),
       },
+      "/usage": {
+        get: op(
+          "Usage totals and series from the rollups (tenant tokens: own tenant only)",
+          {
+            status: "200",
+            schema: {
+              type: "object",
+              properties: {
+                query: { type: "object" },
+                totals: { type: "object" },
+                series: { type: "array", items: { type: "object" } },
+              },
+            },
+          },
+          {
+            parameters: [
+              { name: "tenant", in: "query", schema: { type: "string" } },
+              { name: "key", in: "query", schema: { type: "string" } },
+              { name: "model", in: "query", schema: { type: "string" } },
+              {
+                name: "granularity",
+                in: "query",
+                schema: { enum: ["hour", "day"] },
+              },
+              { name: "from", in: "query", schema: { type: "string" } },
+              { name: "to", in: "query", schema: { type: "string" } },
+            ],
+          },
+        ),
+      },
+      "/statements": {
+        get: op(
+          "A tenant's monthly statement (token charges, energy and hardware share), JSON or CSV",
+          { status: "200", schema: { type: "object" } },
+          {
+            parameters: [
+              { name: "tenant", in: "query", schema: { type: "string" } },
+              {
+                name: "month",
+                in: "query",
+                required: true,
+                schema: { type: "string", pattern: "^\\d{4}-\\d{2}$" },
+              },
+              {
+                name: "format",
+                in: "query",
+                schema: { enum: ["json", "csv"] },
+              },
+            ],
+          },
+        ),
+      },
+      "/settings/pricing": {
+        get: op("Chargeback prices and cluster cost model (micro-units)", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+        put: op(
+          "Replace the chargeback settings (platform admins; amounts as decimal strings)",
+          { status: "200", schema: { type: "object" } },
+          { requestBody: json({ type: "object" }) },
+        ),
+      },
       "/join-tokens": {
         get: op("List live join tokens", {
           status: "200",

@@ -1,0 +1,166 @@
+/**
+ * `/mesh` (platform admins only): the latest link test of every node pair
+ * (transport, one-way latency, bandwidth, age) coloured against Thunderbolt
+ * 5 thresholds, and "test all pairs" with progress.
+ */
+import { Hono } from "hono";
+import { Island } from "../components/Island.tsx";
+import { Alert, Card, PostForm } from "../components/ui.tsx";
+import MeshRunner from "../islands/MeshRunner.tsx";
+import {
+  type LinkTestRecord,
+  listLinkTests,
+  listNodes,
+} from "../store/nodes.ts";
+import { requirePlatform } from "../store/principal.ts";
+import type { PortalEnv } from "./_env.ts";
+import { ago, type FleetPagesDeps, linkCell } from "./_fleet.ts";
+import { page } from "./_page.tsx";
+
+const LABEL = { ok: "healthy", warn: "degraded", bad: "poor" } as const;
+
+/** Builds `/mesh` (mounted by orchard.ts with the link-test runner). */
+export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
+  return new Hono<PortalEnv>()
+    .use("*", async (c, next) => {
+      requirePlatform(c.get("principal")!);
+      await next();
+    })
+    .get("/", async (c) => {
+      const store = c.get("deps").store;
+      const p = c.get("principal")!;
+      const [nodes, tests] = await Promise.all([
+        listNodes(store, p),
+        listLinkTests(store, p),
+      ]);
+      const latest = new Map<string, LinkTestRecord>();
+      for (const t of tests) {
+        const id = [t.a, t.b].sort().join("|");
+        const seen = latest.get(id);
+        if (!seen || seen.at < t.at) latest.set(id, t);
+      }
+      const progress = deps.links.progress();
+      const now = Date.now();
+      const busy = c.req.query("busy") === "1";
+      return page(
+        c,
+        "RDMA mesh",
+        "/mesh",
+        (
+          <>
+            <h1>RDMA mesh</h1>
+            <p class="sub">
+              Latest link test per node pair: transport, one-way latency (p50),
+              bandwidth and age. Healthy: ≤ 10 µs and ≥ 7 GB/s (one TB5 cable);
+              poor: above 25 µs or under 4 GB/s.
+            </p>
+            {busy && <Alert tone="warn">A run is already in progress.</Alert>}
+            <Card>
+              <div class="row" style="align-items:center">
+                <PostForm action="/mesh/test-all" csrf={c.get("csrf")}>
+                  <button
+                    type="submit"
+                    class="primary"
+                    disabled={progress.running}
+                  >
+                    Test all pairs
+                  </button>
+                </PostForm>
+                <div style="flex:1">
+                  <Island
+                    name="MeshRunner"
+                    component={MeshRunner}
+                    props={{
+                      running: progress.running,
+                      done: progress.done,
+                      total: progress.total,
+                      failed: progress.failed,
+                    }}
+                  />
+                </div>
+              </div>
+            </Card>
+            <Card>
+              {nodes.length < 2
+                ? <p class="muted">At least two nodes are needed for a mesh.</p>
+                : (
+                  <div class="table-wrap">
+                    <table class="mesh" data-testid="mesh">
+                      <thead>
+                        <tr>
+                          <th></th>
+                          {nodes.map((n) => <th key={n.id}>{n.name}</th>)}
+                        </tr>
+                      </thead>
+                      <tbody>
+                        {nodes.map((a) => (
+                          <tr key={a.id}>
+                            <th>{a.name}</th>
+                            {nodes.map((b) => {
+                              if (a.id === b.id) {
+                                return <td key={b.id} class="cell self">—</td>;
+                              }
+                              const rec = latest.get(
+                                [a.id, b.id].sort().join("|"),
+                              );
+                              if (!rec) {
+                                return (
+                                  <td key={b.id} class="cell none">
+                                    not tested
+                                  </td>
+                                );
+                              }
+                              const cell = linkCell(rec);
+                              return (
+                                <td
+                                  key={b.id}
+                                  class={`cell ${cell.health}`}
+                                  data-pair={`${a.id}|${b.id}`}
+                                  data-health={cell.health}
+                                  title={cell.error ?? LABEL[cell.health]}
+                                >
+                                  {rec.ok
+                                    ? (
+                                      <>
+                                        <div>{cell.transport ?? "?"}</div>
+                                        <div>
+                                          {cell.latencyUs === null
+                                            ? "—"
+                                            : `${cell.latencyUs.toFixed(1)} µs`}
+                                        </div>
+                                        <div>
+                                          {cell.gbPerSec === null
+                                            ? "— GB/s"
+                                            : `${
+                                              cell.gbPerSec.toFixed(2)
+                                            } GB/s`}
+                                        </div>
+                                      </>
+                                    )
+                                    : <div>failed</div>}
+                                  <div class="muted">{ago(cell.at, now)}</div>
+                                </td>
+                              );
+                            })}
+                          </tr>
+                        ))}
+                      </tbody>
+                    </table>
+                  </div>
+                )}
+            </Card>
+          </>
+        ),
+      );
+    })
+    .post("/test-all", async (c) => {
+      const p = c.get("principal")!;
+      const nodes = await listNodes(c.get("deps").store, p);
+      const ids = nodes.filter((n) => n.state === "healthy").map((n) => n.id);
+      if (!deps.links.startAll(p, ids)) {
+        return c.redirect("/mesh?busy=1", 303);
+      }
+      return c.redirect("/mesh", 303);
+    })
+    .get("/progress", (c) => c.json(deps.links.progress()));
+}

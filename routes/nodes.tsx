@@ -1,0 +1,349 @@
+/**
+ * `/nodes` (platform admins only): every node with its state, engine,
+ * models, load, memory, GPU, thermal state, RDMA ports and last heartbeat;
+ * drain, undrain and remove; join tokens with the command to run; and
+ * `/nodes/events`, server-sent events with live state every ~2 s.
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { streamSSE } from "hono/streaming";
+import { fmtBytes } from "../components/dashboard.tsx";
+import { Island } from "../components/Island.tsx";
+import {
+  Alert,
+  Badge,
+  Card,
+  Field,
+  fmtTime,
+  PostForm,
+  Table,
+} from "../components/ui.tsx";
+import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
+import CopyButton from "../islands/CopyButton.tsx";
+import NodesLive from "../islands/NodesLive.tsx";
+import { ServiceError } from "../store/errors.ts";
+import { createJoinToken } from "../store/join_tokens.ts";
+import {
+  listNodes,
+  type NodeDetail,
+  removeNode,
+  setNodeDrain,
+} from "../store/nodes.ts";
+import { requirePlatform } from "../store/principal.ts";
+import type { PortalEnv } from "./_env.ts";
+import { ago, type FleetPagesDeps, hardwareOf } from "./_fleet.ts";
+import { page, str } from "./_page.tsx";
+
+type C = Context<PortalEnv>;
+
+const TONE = {
+  healthy: "ok",
+  draining: "warn",
+  drained: "warn",
+  unhealthy: "danger",
+} as const;
+
+const DONE: Record<string, string> = {
+  drain:
+    "Node is draining: it takes no new requests and finishes what it is doing.",
+  undrain: "Node is back in service.",
+  remove: "Node removed.",
+};
+
+/** Longest a live stream stays open; the browser reconnects after. */
+const STREAM_MAX_MS = 10 * 60_000;
+
+function nodeRow(n: NodeDetail, csrf: string, now: number) {
+  const hw = hardwareOf(n.probe);
+  const s = n.status?.stats;
+  const mem = n.status?.memory;
+  return (
+    <tr key={n.id} data-node={n.id}>
+      <td>
+        <strong>{n.name}</strong>
+        <div class="muted mono">{n.id}</div>
+        <div class="muted mono">{n.url}</div>
+      </td>
+      <td>
+        <span class={`badge ${TONE[n.state]}`} data-field="state">
+          {n.state}
+        </span>
+      </td>
+      <td>{n.engine}</td>
+      <td>
+        {(n.status?.models ?? n.models).map((m) => (
+          <div key={m.id} class="mono">
+            {m.id} {m.loaded ? <Badge tone="ok">loaded</Badge> : null}
+          </div>
+        ))}
+      </td>
+      <td class="mono" data-field="load">
+        {s ? `${s.inFlight} / ${s.slots} (+${s.queued} queued)` : "—"}
+      </td>
+      <td class="mono" data-field="tps">
+        {s ? s.tokensPerSecond.toFixed(1) : "—"}
+      </td>
+      <td>
+        {mem
+          ? `${fmtBytes(mem.freeBytes)} free of ${fmtBytes(mem.totalBytes)}`
+          : "—"}
+        {hw.memoryPressure && (
+          <div class="muted">pressure {hw.memoryPressure}</div>
+        )}
+      </td>
+      <td>
+        {hw.gpu ?? <span class="muted">no Metal GPU</span>}
+        {hw.cpu && <div class="muted">{hw.cpu}</div>}
+      </td>
+      <td>{hw.thermal ?? "—"}</td>
+      <td>
+        {hw.ports.length === 0
+          ? <span class="muted">{hw.rdma.reason ?? "no RDMA"}</span>
+          : hw.ports.map((p) => (
+            <div key={p.name}>
+              <span class="mono">{p.name}</span> {p.usable
+                ? <Badge tone="ok">usable</Badge>
+                : <Badge tone="danger">unusable</Badge>}
+              {p.reason && <div class="muted">{p.reason}</div>}
+            </div>
+          ))}
+      </td>
+      <td data-field="heartbeat">{ago(n.status?.at ?? null, now)}</td>
+      <td>
+        <div class="row" style="gap:6px">
+          <PostForm
+            action={`/nodes/${n.id}/${n.drain ? "undrain" : "drain"}`}
+            csrf={csrf}
+          >
+            <button
+              type="submit"
+              class="small"
+              data-action={n.drain ? "undrain" : "drain"}
+            >
+              {n.drain ? "Undrain" : "Drain"}
+            </button>
+          </PostForm>
+          <PostForm action={`/nodes/${n.id}/remove`} csrf={csrf}>
+            <Island
+              name="ConfirmSubmit"
+              component={ConfirmSubmit}
+              props={{
+                label: "Remove",
+                confirmLabel: "Yes, remove",
+                question: "It must enroll again with a new join token.",
+              }}
+            />
+          </PostForm>
+        </div>
+      </td>
+    </tr>
+  );
+}
+
+async function view(
+  c: C,
+  flash: { ok?: string; error?: string; command?: string; expires?: string } =
+    {},
+) {
+  const p = c.get("principal")!;
+  const nodes = await listNodes(c.get("deps").store, p);
+  const csrf = c.get("csrf");
+  const now = Date.now();
+  const ok = flash.ok ?? DONE[c.req.query("done") ?? ""];
+  return page(
+    c,
+    "Nodes",
+    "/nodes",
+    (
+      <>
+        <h1>Nodes</h1>
+        <p class="sub row" style="justify-content:space-between">
+          <span>The Macs serving models, their hardware and load.</span>
+          <Island
+            name="NodesLive"
+            component={NodesLive}
+            props={{ src: "/nodes/events" }}
+          />
+        </p>
+        {ok && <Alert tone="ok">{ok}</Alert>}
+        {flash.error && <Alert tone="error">{flash.error}</Alert>}
+        <Card id="nodes">
+          <div class="nodes-table">
+            <Table
+              head={[
+                "Node",
+                "State",
+                "Engine",
+                "Models",
+                "In flight / slots",
+                "Tokens/s",
+                "Memory",
+                "GPU",
+                "Thermal",
+                "RDMA ports",
+                "Last heartbeat",
+                "",
+              ]}
+              rows={nodes.length}
+              empty="No nodes yet. Create a join token below and run the command on a Mac."
+            >
+              {nodes.map((n) => nodeRow(n, csrf, now))}
+            </Table>
+          </div>
+        </Card>
+        <Card title="Add a node" id="join">
+          {flash.command && (
+            <>
+              <Alert tone="warn">
+                Run this on the new Mac. The token is shown only once and
+                expires {fmtTime(flash.expires)}.
+              </Alert>
+              <div class="row" style="align-items:center;margin-bottom:14px">
+                <code
+                  class="cmd"
+                  id="secret-value"
+                  data-testid="join-command"
+                  style="flex:1"
+                >
+                  {flash.command}
+                </code>
+                <Island
+                  name="CopyButton"
+                  component={CopyButton}
+                  props={{ text: flash.command, label: "Copy command" }}
+                />
+              </div>
+            </>
+          )}
+          <PostForm action="/nodes/join-tokens" csrf={csrf} class="row">
+            <Field label="Uses" name="uses" type="number" min={1} value={1} />
+            <Field
+              label="Valid for (minutes)"
+              name="ttlMinutes"
+              type="number"
+              min={1}
+              value={60}
+              hint="at most 1440"
+            />
+            <div class="field" style="flex:0">
+              <button type="submit" class="primary">Create join token</button>
+            </div>
+          </PostForm>
+        </Card>
+      </>
+    ),
+    flash.error ? 400 : 200,
+  );
+}
+
+/** Builds `/nodes` (mounted by orchard.ts with the fleet). */
+export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
+  const interval = deps.liveIntervalMs ?? 2000;
+  const action = (
+    name: "drain" | "undrain" | "remove",
+    fn: (c: C) => Promise<unknown>,
+  ) =>
+  async (c: C) => {
+    requirePlatform(c.get("principal")!);
+    await fn(c);
+    await deps.fleet.refresh();
+    return c.redirect(`/nodes?done=${name}`, 303);
+  };
+  return new Hono<PortalEnv>()
+    .use("*", async (c, next) => {
+      requirePlatform(c.get("principal")!);
+      await next();
+    })
+    .get("/", (c) => view(c))
+    .post(
+      "/:id/drain",
+      action(
+        "drain",
+        (c) =>
+          setNodeDrain(
+            c.get("deps").store,
+            c.get("principal")!,
+            c.req.param("id")!,
+            true,
+          ),
+      ),
+    )
+    .post(
+      "/:id/undrain",
+      action(
+        "undrain",
+        (c) =>
+          setNodeDrain(
+            c.get("deps").store,
+            c.get("principal")!,
+            c.req.param("id")!,
+            false,
+          ),
+      ),
+    )
+    .post(
+      "/:id/remove",
+      action(
+        "remove",
+        (c) =>
+          removeNode(
+            c.get("deps").store,
+            c.get("principal")!,
+            c.req.param("id")!,
+          ),
+      ),
+    )
+    .post("/join-tokens", async (c) => {
+      const body = await c.req.parseBody();
+      const uses = Number(str(body.uses) || "1");
+      const minutes = Number(str(body.ttlMinutes) || "60");
+      try {
+        const { token, joinToken } = await createJoinToken(
+          c.get("deps").store,
+          c.get("principal")!,
+          { uses, ttlSeconds: Math.round(minutes * 60) },
+        );
+        c.header("cache-control", "no-store");
+        return await view(c, {
+          ok: "Join token created.",
+          command: `deno task node --gateway ${
+            c.get("deps").config.publicUrl
+          } --join ${token}`,
+          expires: joinToken.expiresAt,
+        });
+      } catch (err) {
+        if (!(err instanceof ServiceError) || err.status !== 400) throw err;
+        const msg = err.message.replace(
+          /^ttlSeconds: .*/,
+          "Valid for: must be 1 to 1440 minutes",
+        )
+          .replace(/^uses: .*/, "Uses: must be a whole number from 1 to 1000");
+        return await view(c, { error: msg });
+      }
+    })
+    .get("/events", (c) =>
+      streamSSE(c, async (stream) => {
+        let open = true;
+        stream.onAbort(() => {
+          open = false;
+        });
+        const until = Date.now() + STREAM_MAX_MS;
+        while (open && Date.now() < until) {
+          const now = Date.now();
+          const nodes = deps.fleet.nodes().map((n) => ({
+            id: n.id,
+            state: n.state,
+            inFlight: n.stats.inFlight,
+            queued: n.stats.queued,
+            slots: n.stats.slots,
+            tokensPerSecond: n.stats.tokensPerSecond,
+            lastHeartbeat: ago(n.lastHeartbeatAt, now),
+          }));
+          await stream.writeSSE({
+            event: "nodes",
+            data: JSON.stringify(nodes),
+          });
+          await stream.sleep(interval);
+        }
+      }));
+}

@@ -1,0 +1,190 @@
+/** Fleet pages without a browser: live events, actions, join tokens, mesh colours, probe reading. */
+import assert from "node:assert/strict";
+import { listAudit } from "../store/audit.ts";
+import { createJoinToken } from "../store/join_tokens.ts";
+import { enrollNode, recordHeartbeat, saveLinkTest } from "../store/nodes.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { hardwareOf, linkCell } from "../routes/_fleet.ts";
+import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
+
+async function node(w: TestWorld, name: string, x: string) {
+  const { token } = await createJoinToken(w.store, SYSTEM, {});
+  const n = await enrollNode(w.store, {
+    token,
+    publicJwk: { kty: "OKP", crv: "Ed25519", x: x.padEnd(43, "A") },
+    url: "http://10.0.0.1:8100",
+    name,
+    engine: "openai",
+    models: [{ id: "tiny", loaded: true, kind: "chat", aliases: ["t"] }],
+    probe: null,
+    version: null,
+  });
+  await recordHeartbeat(w.store, n.id, {
+    intervalMs: 60_000,
+    inFlight: 1,
+    queued: 0,
+    slots: 4,
+    tokensPerSecond: 12.5,
+    healthy: true,
+    memory: { totalBytes: 2 ** 34, freeBytes: 2 ** 33 },
+    models: [{ id: "tiny", loaded: true, kind: "chat", aliases: ["t"] }],
+    drainState: "none",
+  });
+  return n;
+}
+
+Deno.test("fleet pages: nodes, live events, drain, join token command, models and mesh", async () => {
+  const w = await createWorld();
+  try {
+    const a = await node(w, "mac-a", "a");
+    const b = await node(w, "mac-b", "b");
+    await w.orchard.fleet.refresh();
+    const { cookie, csrf } = await portalLogin(w, "root@example.com");
+    const get = (path: string) => w.app.request(path, { headers: { cookie } });
+    const post = (path: string, form: Record<string, string> = {}) =>
+      w.app.request(path, {
+        method: "POST",
+        headers: {
+          cookie,
+          origin: "http://localhost",
+          "content-type": "application/x-www-form-urlencoded",
+        },
+        body: new URLSearchParams({ _csrf: csrf, ...form }),
+      });
+
+    const html = await (await get("/nodes")).text();
+    assert.match(html, /data-node="[^"]+"/);
+    assert.match(html, /mac-a/);
+    assert.match(html, /1 \/ 4 \(\+0 queued\)/);
+    assert.match(html, /8\.0 GiB free of 16\.0 GiB/);
+
+    // The live stream pushes every node's state at once.
+    const ac = new AbortController();
+    const res = await w.app.request("/nodes/events", {
+      headers: { cookie },
+      signal: ac.signal,
+    });
+    assert.match(res.headers.get("content-type")!, /text\/event-stream/);
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let text = "";
+    while (!text.includes("\n\n")) text += (await reader.read()).value;
+    ac.abort();
+    await reader.cancel().catch(() => {});
+    assert.match(text, /^event: nodes\n/);
+    const live = JSON.parse(/data: (.*)\n/.exec(text)![1]!);
+    assert.deepEqual(
+      live.map((n: { id: string; state: string; tokensPerSecond: number }) => [
+        n.id,
+        n.state,
+        n.tokensPerSecond,
+      ]).sort(),
+      [[a.id, "healthy", 12.5], [b.id, "healthy", 12.5]].sort(),
+    );
+
+    const drained = await post(`/nodes/${a.id}/drain`);
+    assert.equal(drained.status, 303);
+    assert.equal(drained.headers.get("location"), "/nodes?done=drain");
+    const after = await (await get("/nodes?done=drain")).text();
+    assert.match(after, /Node is draining/);
+    assert.match(after, /data-action="undrain"/);
+    const missing = await post(`/nodes/nope/drain`);
+    assert.equal(missing.status, 404);
+    const noCsrf = await w.app.request(`/nodes/${b.id}/remove`, {
+      method: "POST",
+      headers: { cookie, "content-type": "application/x-www-form-urlencoded" },
+      body: "",
+    });
+    assert.equal(noCsrf.status, 403);
+    const audit = await listAudit(w.kv, SYSTEM, {});
+    assert.ok(audit.items.some((e) => e.action === "node.drain"));
+
+    const joined = await post("/nodes/join-tokens", {
+      uses: "2",
+      ttlMinutes: "30",
+    });
+    const jt = await joined.text();
+    assert.match(
+      jt,
+      /deno task node --gateway http:\/\/localhost:8000 --join [0-9a-z]+\.[0-9A-Za-z]+/,
+    );
+    assert.equal(joined.headers.get("cache-control"), "no-store");
+    const badJoin = await post("/nodes/join-tokens", { ttlMinutes: "9999" });
+    assert.equal(badJoin.status, 400);
+    assert.match(await badJoin.text(), /Valid for: must be 1 to 1440 minutes/);
+
+    const models = await (await get("/models")).text();
+    assert.match(models, /data-model="tiny"/);
+    assert.match(models, /mac-b/);
+
+    await saveLinkTest(w.store, SYSTEM, {
+      a: a.id,
+      b: b.id,
+      at: new Date().toISOString(),
+      ok: true,
+      result: {
+        transport: "rdma-uc",
+        latency: { one_way_us: { p50: 6.2 } },
+        bandwidth: { bytes_per_sec: 8.1e9 },
+      },
+      error: null,
+    });
+    const mesh = await (await get("/mesh")).text();
+    assert.match(mesh, /data-health="ok"/);
+    assert.match(mesh, /6\.2 µs/);
+    assert.match(mesh, /8\.10 GB\/s/);
+    const progress = await (await get("/mesh/progress")).json();
+    assert.equal(progress.running, false);
+    const pg = await (await get("/playground")).text();
+    assert.match(pg, /data-name="Playground"/);
+    assert.doesNotMatch(pg, /orch_[0-9a-z]{26}_/);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("linkCell() colours by TB5 thresholds; hardwareOf() reads GPU, thermal and RDMA ports", () => {
+  const rec = (result: unknown, ok = true) => ({
+    a: "a",
+    b: "b",
+    at: "2026-11-01T00:00:00Z",
+    ok,
+    result,
+    error: ok ? null : "refused",
+  });
+  const lat = (us: number, gbs: number) => ({
+    latency: { one_way_us: { p50: us } },
+    bandwidth: { bytes_per_sec: gbs * 1e9 },
+  });
+  assert.equal(linkCell(rec(lat(10, 7))).health, "ok");
+  assert.equal(linkCell(rec(lat(11, 9))).health, "warn");
+  assert.equal(linkCell(rec(lat(5, 5))).health, "warn");
+  assert.equal(linkCell(rec(lat(26, 9))).health, "bad");
+  assert.equal(linkCell(rec(lat(5, 3.9))).health, "bad");
+  assert.equal(linkCell(rec(null, false)).health, "bad");
+  const hw = hardwareOf({
+    native: {
+      gpu: {
+        name: "Apple M4 Max",
+        core_count: 40,
+        recommended_max_working_set_bytes: 100 * 2 ** 30,
+      },
+      thermal: { state: "nominal" },
+      memory: { pressure: "warn" },
+      rdma: {
+        available: true,
+        devices: [{
+          name: "rdma_en2",
+          ports: [{ port: 1, usable: false, reason: "no IPv4-mapped GID" }],
+        }, { name: "rdma_en3", ports: [{ port: 1, usable: true }] }],
+      },
+    },
+  });
+  assert.equal(hw.gpu, "Apple M4 Max, 40 cores, 100 GiB working set");
+  assert.equal(hw.thermal, "nominal");
+  assert.equal(hw.memoryPressure, "warn");
+  assert.deepEqual(hw.ports, [
+    { name: "rdma_en2/1", usable: false, reason: "no IPv4-mapped GID" },
+    { name: "rdma_en3/1", usable: true, reason: null },
+  ]);
+  assert.deepEqual(hardwareOf(null).ports, []);
+});
