@@ -24,6 +24,8 @@ import {
 import { isPlatform } from "../store/principal.ts";
 import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
+import { quotaStatus } from "../store/quota_status.ts";
+import { QuotaTable } from "../components/dashboard.tsx";
 import { createInvite, listUsers, setUserDisabled } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";
 import { page, str } from "./_page.tsx";
@@ -64,10 +66,11 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
   const p = c.get("principal")!;
   const id = c.req.param("id")!;
   const tenant = await getTenant(store, p, id);
-  const [keys, limits, members] = await Promise.all([
+  const [keys, limits, members, quota] = await Promise.all([
     listApiKeys(store, p, id, { limit: 100 }),
     getTenantLimits(store, p, id),
     listUsers(store, p, id, { limit: 100 }),
+    quotaStatus(store, p, id),
   ]);
   const canWrite = p.role !== "tenant_viewer";
   const csrf = c.get("csrf");
@@ -107,6 +110,17 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
             </div>
           </Card>
         )}
+        <Card title="Quota status" id="quota">
+          <QuotaTable rows={quota} />
+          <p class="row" style="margin-top:12px">
+            <a class="btn small" href={`/usage?tenant=${id}&range=30d`}>
+              Usage charts →
+            </a>
+            <a class="btn small" href={`/tenants/${id}/statements`}>
+              Monthly statements →
+            </a>
+          </p>
+        </Card>
         <Card title="API keys" id="keys">
           {err("keys")}
           <Table

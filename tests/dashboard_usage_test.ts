@@ -158,7 +158,7 @@ Deno.test("parseUsageQuery() defaults to the last 24 h by hour and includes the 
   assert.equal(new Date(d.to).toISOString(), "2026-10-03T23:59:59.999Z");
 });
 
-Deno.test("/usage renders charts with data, top tenants, quota status; a tenant viewer sees only their tenant", async () => {
+Deno.test("/usage renders charts with data, top tenants, quota status (also on the tenant page); a tenant viewer sees only their tenant", async () => {
   const w = await createWorld();
   try {
     await seed(w);
@@ -202,6 +202,9 @@ Deno.test("/usage renders charts with data, top tenants, quota status; a tenant 
     assert.match(tenant, /data-quota="tokensPerDay" class="hot"/);
     assert.match(tenant, />85%</);
     assert.match(tenant, /data-quota="rpm"><td>/);
+
+    const tenantPage = await (await get(`/tenants/${w.tenantA.id}`)).text();
+    assert.match(tenantPage, /data-quota="tokensPerDay" class="hot"/);
 
     const viewer = await portalLogin(w, "a-viewer@example.com");
     const own = await get(`/usage?${RANGE}`, viewer.cookie);
