@@ -348,7 +348,7 @@ function checkDefaults(s: LlamaSymbols): string[] {
   expect("type_k", ctx.getInt32(CP.type_k, true), 1);
   expect("type_v", ctx.getInt32(CP.type_v, true), 1);
   expect("embeddings", ctx.getUint8(CP.embeddings), 0);
-  expect("kv_unified", ctx.getUint8(CP.kv_unified), 0);
+  expect("kv_unified", ctx.getUint8(CP.kv_unified), 0); // default read back; we set 1
   const model = new DataView(s.llama_model_default_params().buffer);
   expect("n_gpu_layers", model.getInt32(MP.n_gpu_layers, true), -1);
   expect("use_extra_bufts", model.getUint8(MP.use_extra_bufts), 1);

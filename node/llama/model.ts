@@ -107,7 +107,9 @@ export class LoadedLlama {
     readonly opts: LoadOptions,
   ) {
     const s = llama.symbols;
-    this.ctxPerSeq = s.llama_n_ctx_seq(ctx);
+    // with a unified KV cache llama_n_ctx_seq is the whole cache; each
+    // sequence is held to its share so that all slots always fit
+    this.ctxPerSeq = Math.min(s.llama_n_ctx_seq(ctx), opts.ctxPerSeq);
     this.ctxTrain = s.llama_model_n_ctx_train(model);
     this.vocabSize = s.llama_vocab_n_tokens(vocab);
     this.embd = s.llama_model_n_embd(model);
@@ -363,7 +365,10 @@ function contextParams(
   v.setInt32(CP.n_threads, o.threads, true);
   v.setInt32(CP.n_threads_batch, o.threads, true);
   v.setUint8(CP.no_perf, 1);
-  v.setUint8(CP.kv_unified, 0);
+  // one KV stream for all sequences: a mixed batch (prompt chunks of new
+  // requests + one token of each running one) stays one ubatch
+  // (split_simple); per-sequence streams split it by sequence (split_equal)
+  v.setUint8(CP.kv_unified, 1);
   if (embeddings) {
     v.setUint8(CP.embeddings, 1);
     v.setInt32(CP.pooling_type, 1, true); // LLAMA_POOLING_TYPE_MEAN
