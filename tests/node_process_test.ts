@@ -82,3 +82,65 @@ Deno.test("deno task node enrolls from flags and env, and restarts with its iden
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("deno task node --engine llama serves a GGUF from --models through the gateway's signed calls", async () => {
+  const gw = await startGateway();
+  const dir = await Deno.makeTempDir({ prefix: "orchard-node-llama-" });
+  const { writeFixtureModel } = await import("../tools/fixture_model.ts");
+  await Deno.mkdir(`${dir}/models`);
+  await writeFixtureModel(`${dir}/models/tiny.gguf`);
+  try {
+    const node = await spawnNode([
+      "--gateway",
+      gw.url,
+      "--join",
+      await joinToken(gw),
+      "--engine",
+      "llama",
+      "--models",
+      `${dir}/models`,
+      "--slots",
+      "2",
+      "--threads",
+      "1",
+      "--port",
+      "0",
+      "--heartbeat-ms",
+      "200",
+    ], {
+      ORCHARD_NODE_STATE_DIR: `${dir}/state`,
+      ORCHARD_NODE_HOST: "127.0.0.1",
+    });
+    try {
+      const nodeId = /^Orchard node (\S+) serving/.exec(node.line)?.[1];
+      assert.ok(nodeId, node.line);
+      await until("routable", async () => {
+        await gw.fleet.refresh();
+        return gw.fleet.candidates("tiny")[0]?.id === nodeId;
+      }, 10_000);
+      const res = await gw.fleet.fetchNode(nodeId, "/v1/chat/completions", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "tiny",
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 4,
+          temperature: 0,
+        }),
+      });
+      assert.equal(res.status, 200);
+      const body = await res.json();
+      assert.equal(body.usage.completion_tokens, 4);
+      assert.equal(body.usage.prompt_tokens, 21);
+      const url = /serving at (\S+)$/.exec(node.line)![1]!;
+      const direct = await fetch(`${url}/v1/models`);
+      assert.equal(direct.status, 401); // nobody on the LAN can use it directly
+      await direct.body?.cancel();
+    } finally {
+      await stop(node.child);
+    }
+  } finally {
+    await gw.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -109,6 +109,14 @@ export class LlamaEngine implements Engine {
       threads: this.#opts.threads,
     });
     await this.#rescan(true);
+    if (this.#catalog.size === 0) {
+      log.info("no GGUF models yet", {
+        modelsDir: this.#opts.modelsDir,
+        hint:
+          "copy *.gguf files there (picked up within seconds), or `deno task fixture:model " +
+          `${this.#opts.modelsDir}/tiny.gguf\` for a test model`,
+      });
+    }
     this.#healthy = true;
     this.#detail = undefined;
     if (this.#opts.idleUnloadMs > 0) {
