@@ -382,7 +382,10 @@ export class LlamaEngine implements Engine {
       try {
         const info = await proc.ready;
         st.proc = proc;
-        log.debug("llama.cpp load log", { model: e.id, log: proc.stderrTail() });
+        log.debug("llama.cpp load log", {
+          model: e.id,
+          log: proc.stderrTail(),
+        });
         log.info("model loaded", {
           model: e.id,
           ms: Math.round(performance.now() - started),
