@@ -1,6 +1,6 @@
 // deno-lint-ignore-file no-console
 /**
- * `deno task bench:engine [--tokens N] [--rounds R]`: the llama engine on a
+ * `deno task bench:engine [--tokens N] [--rounds R] [--threads T]`: the llama engine on a
  * generated `small` model (~100 M parameters), in one run:
  *
  * 1. single-stream decode tokens/s of our engine (HTTP shapes, child process,
@@ -23,11 +23,17 @@ import { writeFixtureModel } from "../tools/fixture_model.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
-  options: { tokens: { type: "string" }, rounds: { type: "string" } },
+  options: {
+    tokens: { type: "string" },
+    rounds: { type: "string" },
+    threads: { type: "string" },
+  },
 });
 const TOKENS = Number(values.tokens ?? 96);
 const ROUNDS = Number(values.rounds ?? 3);
-const THREADS = Math.max(1, navigator.hardwareConcurrency || 1);
+const THREADS = Number(
+  values.threads ?? Math.max(1, navigator.hardwareConcurrency || 1),
+);
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "error");
 log.reload();
@@ -35,7 +41,11 @@ log.reload();
 const median = (xs: number[]) =>
   [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-async function baseline(which: "bare" | "nlc", model: string): Promise<number> {
+async function baseline(
+  which: "bare" | "nlc" | "batch",
+  model: string,
+  n = 1,
+): Promise<number> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -45,6 +55,7 @@ async function baseline(which: "bare" | "nlc", model: string): Promise<number> {
       model,
       String(TOKENS),
       String(THREADS),
+      String(n),
     ],
     stdout: "piped",
     stderr: "piped",
@@ -114,10 +125,12 @@ try {
   const ours: number[] = [];
   const bare: number[] = [];
   const nlc: number[] = [];
+  const bare4: number[] = [];
   const conc: Record<number, number[]> = { 1: [], 2: [], 4: [], 8: [] };
   for (let r = 0; r < ROUNDS; r++) {
     bare.push(await baseline("bare", model));
     nlc.push(await baseline("nlc", model));
+    bare4.push(await baseline("batch", model, 4));
     ours.push(await single(engine));
     for (const n of [1, 2, 4, 8]) conc[n]!.push(await concurrent(engine, n));
   }
@@ -152,6 +165,16 @@ try {
       } one stream${note}`,
     );
   }
+  const b4 = median(bare4);
+  console.log(
+    `  reference: the bare loop decoding 4 sequences at once: ${
+      b4.toFixed(1)
+    } tokens/s, ×${
+      (b4 / b).toFixed(2)
+    } the bare single stream (this machine's own batching gain);\n  our 4 streams reach ${
+      (median(conc[4]!) / b4).toFixed(3)
+    } of it`,
+  );
 } finally {
   await Deno.remove(dir, { recursive: true });
 }

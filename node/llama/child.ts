@@ -49,11 +49,35 @@ function emit(e: ChildEvent) {
   outbox.push(e);
 }
 
-function flush() {
-  if (!outbox.length) return;
+function flush(): Promise<void> {
+  if (!outbox.length) return Promise.resolve();
   const text = outbox.map((e) => JSON.stringify(e)).join("\n") + "\n";
   outbox = [];
-  out.write(enc.encode(text)).catch(() => Deno.exit(0));
+  return out.write(enc.encode(text)).catch(() => Deno.exit(0));
+}
+
+/**
+ * A macrotask: lets the event loop read stdin (cancellations, new requests)
+ * between synchronous decode steps. MessageChannel, not setTimeout(0), which
+ * nested timers clamp to 4 ms.
+ */
+let tick: { port: MessagePort; resume: (() => void) | null } | null = null;
+function yieldToEventLoop(): Promise<void> {
+  if (!tick) {
+    const ch = new MessageChannel();
+    const t = { port: ch.port2, resume: null as (() => void) | null };
+    ch.port1.onmessage = () => {
+      const r = t.resume;
+      t.resume = null;
+      r?.();
+    };
+    tick = t;
+  }
+  const t = tick;
+  return new Promise((r) => {
+    t.resume = r;
+    t.port.postMessage(0);
+  });
 }
 
 let model: LoadedLlama;
@@ -177,7 +201,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
 }
 
 /** One continuous-batching step. */
-async function step() {
+function step() {
   const b = model.batch;
   b.clear();
   const active = [...seqs.values()];
@@ -204,7 +228,7 @@ async function step() {
   }
   if (b.n === 0) return;
   for (const s of inStep) s.peak = Math.max(s.peak, inStep.size);
-  const rc = await model.decode();
+  const rc = model.decode();
   if (rc !== 0) {
     for (const s of active) {
       emit({
@@ -267,8 +291,9 @@ async function pump() {
       wake = null;
       continue;
     }
-    await step();
-    flush();
+    step();
+    flush(); // the writer queues; not awaited, the next step overlaps it
+    await yieldToEventLoop();
   }
 }
 

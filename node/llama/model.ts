@@ -271,8 +271,8 @@ export class LoadedLlama {
     return chain;
   }
 
-  /** Decodes the shared batch; the caller never overlaps two calls. */
-  decode(): Promise<number> {
+  /** Decodes the shared batch (synchronously); the caller never overlaps two calls. */
+  decode(): number {
     return this.llama.symbols.llama_decode(this.ctx, this.batch.value());
   }
 
@@ -321,7 +321,7 @@ export class LoadedLlama {
       s.llama_memory_clear(mem, true);
       batch.clear();
       toks.forEach((t, p) => batch.add(t, p, 0, true));
-      const rc = await s.llama_decode(ctx, batch.value());
+      const rc = s.llama_decode(ctx, batch.value());
       if (rc !== 0) {
         throw new Error(`llama_decode failed with ${rc} while embedding`);
       }
