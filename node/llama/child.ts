@@ -270,7 +270,7 @@ async function pump() {
     while (embedQueue.length) {
       const job = embedQueue.shift()!;
       try {
-        const { vectors, tokens } = await model.embed(job.inputs);
+        const { vectors, tokens } = model.embed(job.inputs);
         emit({ ev: "embedding", id: job.id, vectors, promptTokens: tokens });
       } catch (err) {
         const e = err as InputError;

@@ -286,9 +286,9 @@ export class LoadedLlama {
   }
 
   /** Mean-pooled, L2-normalised embeddings of each input. */
-  async embed(
+  embed(
     inputs: string[],
-  ): Promise<{ vectors: number[][]; tokens: number }> {
+  ): { vectors: number[][]; tokens: number } {
     const s = this.llama.symbols;
     if (!this.#embedCtx) {
       this.#embedCtx = s.llama_init_from_model(
