@@ -25,6 +25,8 @@ const FLAGS = {
   name: ["ORCHARD_NODE_NAME", "display name (the advertised URL)"],
   slots: ["ORCHARD_NODE_SLOTS", "parallel sequences (4)"],
   threads: ["ORCHARD_NODE_THREADS", "CPU threads for llama"],
+  context: ["ORCHARD_CONTEXT_SIZE", "llama context tokens per slot"],
+  preload: ["ORCHARD_MODELS_PRELOAD", "llama: load every model at start"],
   "state-dir": [
     "ORCHARD_NODE_STATE_DIR",
     "identity directory (~/.orchard/node)",
@@ -56,6 +58,16 @@ function int(name: Flag, raw: string | undefined, min: number, max: number) {
     );
   }
   return n;
+}
+
+function flag(name: Flag, raw: string | undefined): boolean {
+  if (raw === undefined || raw === "" || raw === "false" || raw === "0") {
+    return false;
+  }
+  if (raw === "true" || raw === "1") return true;
+  throw new Error(
+    `Cannot start the node: --${name} must be true or false: current value is ${raw}`,
+  );
 }
 
 /** Parses flags (falling back to environment variables) into worker options. */
@@ -92,6 +104,8 @@ export function parseNodeArgs(
     name: get("name") ?? null,
     slots: int("slots", get("slots"), 1, 256) ?? 4,
     threads: int("threads", get("threads"), 1, 1024) ?? null,
+    contextSize: int("context", get("context"), 64, 1 << 20) ?? null,
+    preload: flag("preload", get("preload")),
     stateDir: get("state-dir") ?? defaultStateDir(),
     heartbeatMs: int("heartbeat-ms", get("heartbeat-ms"), 50, 600_000) ?? 2000,
   };

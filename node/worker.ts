@@ -49,6 +49,10 @@ export interface NodeWorkerOptions {
   name?: string | null;
   slots?: number;
   threads?: number | null;
+  /** llama: context tokens per slot (default: the model's, at most 4096). */
+  contextSize?: number | null;
+  /** llama: load every model at start instead of on first use. */
+  preload?: boolean;
   /** Where the identity is kept (default ~/.orchard/node). */
   stateDir?: string;
   /** Heartbeat interval (default 2000 ms). */
@@ -101,6 +105,8 @@ export async function createEngine(opts: NodeWorkerOptions): Promise<Engine> {
     modelsDir: opts.modelsDir ?? "./models",
     slots: opts.slots,
     threads: opts.threads ?? undefined,
+    contextSize: opts.contextSize ?? undefined,
+    preload: opts.preload ?? false,
   });
 }
 

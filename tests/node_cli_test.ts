@@ -32,6 +32,21 @@ Deno.test("parseNodeArgs() reads flags, falls back to environment variables, and
   assert.equal(d.engine, "llama");
   assert.equal(d.joinToken, null);
   assert.match(d.stateDir!, /\.orchard\/node$/);
+  assert.equal(d.preload, false);
+  assert.equal(d.contextSize, null);
+
+  const l = parseNodeArgs(
+    ["--gateway", "x", "--context", "8192", "--threads", "6"],
+    (n) => (n === "ORCHARD_MODELS_PRELOAD" ? "true" : undefined),
+  );
+  assert.equal(l.contextSize, 8192);
+  assert.equal(l.threads, 6);
+  assert.equal(l.preload, true);
+  assert.throws(
+    () =>
+      parseNodeArgs(["--gateway", "x", "--preload", "yes"], () => undefined),
+    /true or false/,
+  );
 
   assert.throws(
     () => parseNodeArgs([], () => undefined),
