@@ -53,6 +53,8 @@ interface Loaded {
   loading: Promise<ModelProcess> | null;
   lastUsed: number;
   restarts: number;
+  /** Times of recent crashes, for restart back-off. */
+  crashes: number[];
 }
 
 /** Creates the llama engine; `start()` checks the libraries and scans the models. */
@@ -342,6 +344,7 @@ export class LlamaEngine implements Engine {
         loading: null,
         lastUsed: Date.now(),
         restarts: 0,
+        crashes: [],
       };
       this.#state.set(e.id, st);
     }
@@ -377,6 +380,7 @@ export class LlamaEngine implements Engine {
             restarts: st.restarts,
             log: proc.stderrTail(),
           });
+          this.#restartSoon(st);
         }
       });
       try {
@@ -409,6 +413,28 @@ export class LlamaEngine implements Engine {
     } finally {
       st.loading = null;
     }
+  }
+
+  /**
+   * Brings a crashed model back so the next request finds it warm; after
+   * 3 crashes within a minute it waits for a request instead (a model that
+   * crashes on load must not spin).
+   */
+  #restartSoon(st: Loaded) {
+    const now = Date.now();
+    st.crashes = [...st.crashes.filter((t) => now - t < 60_000), now];
+    if (st.crashes.length > 3) return;
+    const t = setTimeout(() => {
+      if (this.#closed || st.proc?.alive || st.loading) return;
+      if (this.#state.get(st.entry.id) !== st) return;
+      this.#process(st).catch((err) =>
+        log.warn("model restart failed", {
+          model: st.entry.id,
+          error: String(err?.message ?? err),
+        })
+      );
+    }, 250);
+    Deno.unrefTimer(t);
   }
 
   async #rescan(force: boolean) {

@@ -353,6 +353,12 @@ Deno.test("llama engine: a crashed model process fails its stream with an error 
     }
     assert.match(tail, /"code":"engine_restarting"/);
     assert.match(tail, /data: \[DONE\]\n\n$/);
+    // the engine brings the model back by itself, before any request
+    const deadline = Date.now() + 5000;
+    while (!e.processes().tiny!.pid && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(e.processes().tiny!.pid);
     const after = await chat(e, { max_tokens: 6 });
     assert.equal(
       after.choices[0].message.content,
