@@ -372,3 +372,33 @@ Deno.test("llama engine: a crashed model process fails its stream with an error 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("llama engine: an idle model is unloaded and loads again on the next request", async () => {
+  const dir = await modelsDir();
+  const e = createLlamaEngine({
+    modelsDir: dir,
+    slots: 1,
+    threads: 1,
+    idleUnloadMs: 150,
+  });
+  try {
+    await e.start();
+    const first = await chat(e, { max_tokens: 3 });
+    assert.ok(e.processes().tiny!.pid);
+    assert.equal((await e.models()).find((m) => m.id === "tiny")!.loaded, true);
+    const deadline = Date.now() + 5000;
+    while (e.processes().tiny!.pid && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.equal(e.processes().tiny!.pid, null);
+    assert.equal(e.processes().tiny!.restarts, 0); // an unload is not a crash
+    const again = await chat(e, { max_tokens: 3 });
+    assert.equal(
+      again.choices[0].message.content,
+      first.choices[0].message.content,
+    );
+  } finally {
+    await e.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
