@@ -35,7 +35,8 @@ Deno.test("login() throttles an account after repeated failures, without a perma
     role: "platform_admin",
     tenantId: null,
   });
-  const now = Date.UTC(2026, 10, 22, 10, 0, 0);
+  // Relative to the real clock: checkSession() compares expiry with Date.now().
+  const now = Date.now() - 17 * 60_000;
   for (let i = 0; i < LOGIN_MAX_FAILURES.account; i++) {
     await assert.rejects(
       login(store, "a@x.test", "wrong password", "10.0.0.1", now),
