@@ -7,6 +7,8 @@
  * Prints CPU per request (from /proc), max throughput, added p50/p99 at a
  * fixed rate and added time to first byte for streams, as ratios to direct
  * and to the floor; then again with 10,000 keys and 1,000 tenants in KV.
+ * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
+ * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
 import { testConfig } from "../config.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
@@ -18,7 +20,13 @@ import { createTenant } from "../store/tenants.ts";
 import { silentLogger } from "../gateway/logger.ts";
 import { createGateway } from "../gateway/mod.ts";
 
-const role = Deno.args[0] ?? "main";
+const role = Deno.args[0] && !Deno.args[0].startsWith("--")
+  ? Deno.args[0]
+  : "main";
+/** `--scenario 1` or `--scenario 10k` runs one of the two (default both). */
+const only = Deno.args.includes("--scenario")
+  ? Deno.args[Deno.args.indexOf("--scenario") + 1]
+  : null;
 const CHAT = JSON.stringify({
   id: "chatcmpl-1",
   object: "chat.completion",
@@ -93,6 +101,7 @@ async function spawn(...args: string[]): Promise<Child> {
       "run",
       "-A",
       "--unstable-kv",
+      ...(Deno.env.get("BENCH_PROF") === args[0] ? ["--v8-flags=--prof"] : []),
       new URL(import.meta.url).pathname,
       ...args,
     ],
@@ -311,19 +320,22 @@ async function main() {
     console.log(
       "CPU per request is the target process's own CPU (/proc utime+stime); latencies measured by this client process.",
     );
-    const g1 = await spawn("gateway", String(up.info.port), "1", "1");
-    children.push(g1);
-    await scenario(
-      "1 tenant, 1 key (auth, exact limits on tenant and key, metering)",
-      [
-        direct,
-        fl,
-        { name: "gateway", url: base(g1), pid: g1.pid, keys: g1.info.keys! },
-      ],
-    );
-    g1.proc.kill();
-    await g1.proc.status;
-    children.pop();
+    if (only !== "10k") {
+      const g1 = await spawn("gateway", String(up.info.port), "1", "1");
+      children.push(g1);
+      await scenario(
+        "1 tenant, 1 key (auth, exact limits on tenant and key, metering)",
+        [
+          direct,
+          fl,
+          { name: "gateway", url: base(g1), pid: g1.pid, keys: g1.info.keys! },
+        ],
+      );
+      g1.proc.kill();
+      await g1.proc.status;
+      children.pop();
+    }
+    if (only === "1") return;
     const t0 = performance.now();
     const g2 = await spawn("gateway", String(up.info.port), "1000", "10");
     children.push(g2);

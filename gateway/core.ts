@@ -11,7 +11,6 @@ import {
   Admitter,
   QuotaUnavailableError,
   type Reservation,
-  settle,
 } from "../store/quota.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
@@ -65,7 +64,10 @@ export class GatewayCore {
     this.log = opts.logger ?? createLogger();
     this.proxy = { ...DEFAULT_PROXY, ...opts.proxy };
     this.keys = new KeyCache(deps.store, { ttlMs: opts.keyCacheTtlMs });
-    this.admitter = new Admitter(deps.store);
+    this.admitter = new Admitter(deps.store, {
+      // denokv's protocol documents at most 10 checks per atomic write.
+      maxChecks: deps.config.kvUrl ? 10 : 100,
+    });
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
@@ -87,6 +89,7 @@ export class GatewayCore {
 
   /** Waits for settlements and usage writes in progress. */
   async idle(): Promise<void> {
+    await this.admitter.flush();
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
     await this.usage.flush();
   }
@@ -233,34 +236,31 @@ export class Exchange {
     );
   }
 
-  /** Settles the reservation to the billed usage; resolves when settled (never throws). */
-  async settle(): Promise<void> {
+  /**
+   * Settles the reservation to the billed usage, off the client's path (the
+   * admitter batches settlements; it lands them before refusing anyone).
+   */
+  settle(): void {
     const r = this.reservation;
     if (!r) return;
     this.reservation = null;
-    const p = settle(
-      this.core.deps.store,
-      r,
-      this.promptTokens + this.completionTokens,
-    ).catch((e) =>
-      this.core.log.log(
-        "warn",
-        "settlement failed; the reservation will be reclaimed",
-        {
-          requestId: this.requestId,
-          error: String(e),
-        },
-      )
+    this.core.track(
+      this.core.admitter.settle(r, this.promptTokens + this.completionTokens)
+        .catch((e) =>
+          this.core.log.log(
+            "warn",
+            "settlement failed; the reservation will be reclaimed",
+            { requestId: this.requestId, error: String(e) },
+          )
+        ),
     );
-    this.core.track(p);
-    await p;
   }
 
   /** Ends the exchange: settles (if not yet), meters and counts. Idempotent. */
   finish(): void {
     if (this.#done) return;
     this.#done = true;
-    if (this.reservation) void this.settle();
+    this.settle();
     const latencyMs = Math.round(performance.now() - this.t0);
     const ctx = this.ctx;
     this.core.metrics.request(

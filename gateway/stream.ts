@@ -129,7 +129,7 @@ export function relayStream(
       }
       call.reader.cancel();
       call.close();
-      await ex.settle();
+      ex.settle();
       send(err ? sink.error(err) : sink.end());
       if (!cancelled) {
         try {

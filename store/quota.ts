@@ -5,8 +5,11 @@
  * in ONE atomic KV operation (read → `check` every counter → `set` the new
  * values + the reservation record → commit, retried on conflict), so N
  * concurrent requests never overspend any window. Inside a process,
- * admissions of one tenant are queued and coalesced: one commit admits a
- * whole batch, so a hot key does not collapse under retries.
+ * admissions are queued and coalesced: one commit admits every waiting
+ * request of a tenant and those of other tenants with it (each KV commit
+ * costs ~100 µs of CPU whatever it holds), and a tenant never has two
+ * commits racing, so a hot key does not collapse under retries.
+ * Settlements are batched likewise, after the response.
  *
  * Each window has two counters: `A` (admitted, only ever `set` by admission
  * under a `check`) and `R` (released, only ever increased by blind `sum`s
@@ -152,8 +155,6 @@ export function windowOf(kind: RuleKind, now: number): [string, number] {
 const isTokenRule = (kind: RuleKind) =>
   kind === "tpm" || kind === "day" || kind === "month";
 
-const ABSENT = { value: 0, versionstamp: null } as const;
-
 /** The release counter's window name for an admission window. */
 const rel = (window: string) => `${window}:r`;
 
@@ -167,25 +168,93 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
-/** Serialises and coalesces admissions per tenant inside this process. */
+interface PendingSettle {
+  r: Reservation;
+  actual: number;
+  resolve: (settled: boolean) => void;
+  reject: (e: unknown) => void;
+}
+
+/** One quota counter (a window of a subject) as seen by one commit attempt. */
+interface Counter {
+  /** `subject\0window`: the cache key. */
+  id: string;
+  kind: RuleKind;
+  key: Deno.KvKey;
+  relKey: Deno.KvKey;
+  /** When the window ends (epoch ms). */
+  end: number;
+  /** Admitted (A) and its versionstamp (null: absent). */
+  value: number;
+  versionstamp: string | null;
+  /** Released (R), as last seen: only ever too low, which over-counts usage. */
+  released: number;
+  /** Added by the requests decided so far in this attempt. */
+  added: number;
+}
+
+/** Tunables of an `Admitter`. */
+export interface AdmitterOptions {
+  /** Most requests admitted by one commit (default 128). */
+  maxBatch?: number;
+  /** Commit attempts before failing closed (default 100). */
+  maxAttempts?: number;
+  /**
+   * Most distinct counters (KV checks) in one commit: Deno KV allows 100;
+   * the self-hosted denokv protocol documents 10 (default 100).
+   */
+  maxChecks?: number;
+  /** Admission commits in flight at once, for different tenants (default 2). */
+  maxInFlight?: number;
+  /** How long a settlement may wait to share its commit with others (default 20 ms). */
+  settleDelayMs?: number;
+}
+
+const getManyChunked = async (
+  kv: Deno.Kv,
+  keys: Deno.KvKey[],
+): Promise<Deno.KvEntryMaybe<unknown>[]> => {
+  const parts: Promise<Deno.KvEntryMaybe<unknown>[]>[] = [];
+  for (let i = 0; i < keys.length; i += 10) {
+    parts.push(kv.getMany(keys.slice(i, i + 10)));
+  }
+  return (await Promise.all(parts)).flat();
+};
+
+/**
+ * Admits and settles for one gateway process. Admissions queue and are
+ * coalesced: one commit admits every queued request of a tenant, and the
+ * requests of several tenants together (up to `maxChecks` distinct
+ * counters); a tenant has at most one commit in flight, so a hot key does
+ * not collapse under retries. Settlements are off the client's path and
+ * batched the same way (one check per reservation, sums merged per counter).
+ */
 export class Admitter {
   readonly #store: Store;
-  readonly #queues = new Map<string, Pending[]>();
   readonly #maxBatch: number;
   readonly #maxAttempts: number;
+  readonly #maxChecks: number;
+  readonly #maxInFlight: number;
+  readonly #settleDelayMs: number;
+  #pending: Pending[] = [];
+  readonly #busy = new Set<string>();
+  #inFlight = 0;
   readonly #admitted = new Map<
     string,
     { value: number; versionstamp: string | null }
   >();
-  readonly #releasedCache = new Map<string, { value: number; at: number }>();
+  readonly #releasedCache = new Map<string, number>();
+  #settles: PendingSettle[] = [];
+  #settleTimer: ReturnType<typeof setTimeout> | undefined;
+  #settling: Promise<void> | null = null;
 
-  constructor(
-    store: Store,
-    opts: { maxBatch?: number; maxAttempts?: number } = {},
-  ) {
+  constructor(store: Store, opts: AdmitterOptions = {}) {
     this.#store = store;
-    this.#maxBatch = opts.maxBatch ?? 64;
+    this.#maxBatch = opts.maxBatch ?? 128;
     this.#maxAttempts = opts.maxAttempts ?? 100;
+    this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
+    this.#maxInFlight = opts.maxInFlight ?? 2;
+    this.#settleDelayMs = opts.settleDelayMs ?? 20;
   }
 
   /** Admits or rejects one request; throws QuotaUnavailableError when KV fails. */
@@ -198,98 +267,154 @@ export class Admitter {
       });
     }
     return new Promise((resolve, reject) => {
-      const id = req.plan.tenantId;
-      const q = this.#queues.get(id);
-      if (q) {
-        q.push({ req, resolve, reject });
-        return;
-      }
-      this.#queues.set(id, [{ req, resolve, reject }]);
-      this.#drain(id);
+      this.#pending.push({ req, resolve, reject });
+      this.#pump();
     });
   }
 
-  async #drain(tenantId: string): Promise<void> {
-    const q = this.#queues.get(tenantId)!;
-    while (q.length > 0) {
-      // One batch: the head's key and every queued request of the same key.
-      const keyId = q[0]!.req.plan.keyId;
-      const batch: Pending[] = [];
-      for (let i = 0; i < q.length && batch.length < this.#maxBatch;) {
-        if (q[i]!.req.plan.keyId === keyId) batch.push(q.splice(i, 1)[0]!);
-        else i++;
-      }
-      try {
-        const results = await this.#commit(batch.map((p) => p.req));
-        batch.forEach((p, i) => p.resolve(results[i]!));
-      } catch (e) {
-        const err = e instanceof QuotaUnavailableError
-          ? e
-          : new QuotaUnavailableError(
-            "Cannot reach the quota store",
-            { cause: e },
-          );
-        for (const p of batch) p.reject(err);
-      }
+  /** Starts commits while a slot is free and a tenant without one in flight waits. */
+  #pump(): void {
+    while (this.#inFlight < this.#maxInFlight && this.#pending.length > 0) {
+      const batch = this.#take();
+      if (batch.length === 0) return; // every waiting tenant has a commit in flight
+      this.#inFlight++;
+      const tenants = new Set(batch.map((p) => p.req.plan.tenantId));
+      for (const t of tenants) this.#busy.add(t);
+      this.#run(batch).finally(() => {
+        for (const t of tenants) this.#busy.delete(t);
+        this.#inFlight--;
+        this.#pump();
+      });
     }
-    this.#queues.delete(tenantId);
+  }
+
+  /** Takes the next batch: waiting requests of idle tenants, in order, within the check budget. */
+  #take(): Pending[] {
+    const batch: Pending[] = [];
+    const rest: Pending[] = [];
+    const counters = new Set<string>();
+    for (const p of this.#pending) {
+      if (
+        batch.length >= this.#maxBatch || this.#busy.has(p.req.plan.tenantId)
+      ) {
+        rest.push(p);
+        continue;
+      }
+      const ids = p.req.plan.rules.map((r) => `${r.subject}\u0000${r.kind}`);
+      const added = ids.filter((id) => !counters.has(id)).length;
+      if (batch.length > 0 && counters.size + added > this.#maxChecks) {
+        rest.push(p);
+        continue;
+      }
+      batch.push(p);
+      for (const id of ids) counters.add(id);
+    }
+    this.#pending = rest;
+    return batch;
+  }
+
+  async #run(batch: Pending[]): Promise<void> {
+    try {
+      const results = await this.#commit(batch.map((p) => p.req));
+      batch.forEach((p, i) => p.resolve(results[i]!));
+    } catch (e) {
+      const err = e instanceof QuotaUnavailableError
+        ? e
+        : new QuotaUnavailableError("Cannot reach the quota store", {
+          cause: e,
+        });
+      for (const p of batch) p.reject(err);
+    }
   }
 
   async #commit(reqs: AdmissionRequest[]): Promise<Admission[]> {
-    const plan = reqs[0]!.plan;
     const kv = this.#store.kv;
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       const now = Date.now();
-      const wins = plan.rules.map((r) => windowOf(r.kind, now));
-      const keys = plan.rules.map((r, i) =>
-        k.quotaCounter(r.subject, wins[i]![0])
-      );
-      const ids = keys.map((key) => `${key[1]}\u0000${key[2]}`);
-      // Admission counters: cached from our own commits, else read.
-      // A counter not cached yet is first assumed absent (`check` with a null
-      // versionstamp): if it exists the commit fails and it is read below.
-      let entries = ids.map((id) =>
-        this.#admitted.get(id) ?? (attempt === 0 ? ABSENT : undefined)
-      );
-      if (entries.some((e) => !e)) {
-        const read = await kv.getMany<Deno.KvU64[]>(keys);
-        entries = read.map((e, i) => {
-          const c = { value: u64(e.value), versionstamp: e.versionstamp };
-          this.#cacheAdmitted(ids[i]!, c);
+      const counters = new Map<string, Counter>();
+      const per = reqs.map((q) =>
+        q.plan.rules.map((r) => {
+          const [window, end] = windowOf(r.kind, now);
+          const id = `${r.subject}\u0000${window}`;
+          let c = counters.get(id);
+          if (!c) {
+            c = {
+              id,
+              kind: r.kind,
+              key: k.quotaCounter(r.subject, window),
+              relKey: k.quotaCounter(r.subject, rel(window)),
+              end,
+              value: 0,
+              versionstamp: null,
+              released: this.#releasedCache.get(id) ?? 0,
+              added: 0,
+            };
+            counters.set(id, c);
+          }
           return c;
+        })
+      );
+      const all = [...counters.values()];
+      // Admission counters: cached from our own commits, else read. A
+      // counter not cached yet is first assumed absent (`check` with a null
+      // versionstamp): if it exists the commit fails and it is read below.
+      const unknown: Counter[] = [];
+      for (const c of all) {
+        const cached = this.#admitted.get(c.id);
+        if (cached) {
+          c.value = cached.value;
+          c.versionstamp = cached.versionstamp;
+        } else if (attempt > 0) unknown.push(c);
+      }
+      if (unknown.length > 0) {
+        const read = await getManyChunked(kv, unknown.map((c) => c.key));
+        unknown.forEach((c, i) => {
+          c.value = u64(read[i]!.value);
+          c.versionstamp = read[i]!.versionstamp;
+          this.#cacheAdmitted(c.id, c);
         });
       }
-      let released = await this.#released(plan.rules, wins, now, false);
-      let out = this.#decideAll(reqs, entries, released, wins, now);
-      if (out.admissions.some((a) => !a.ok) && !released.fresh) {
-        released = await this.#released(plan.rules, wins, now, true);
-        out = this.#decideAll(reqs, entries, released, wins, now);
+      let out = this.#decideAll(reqs, per, now);
+      const refused = out.admissions.flatMap((a, i) => a.ok ? [] : [i]);
+      if (refused.length > 0) {
+        // Before refusing: our own releases land first, then the release
+        // counters of the refused requests are read fresh.
+        await this.flush();
+        const need = new Set<Counter>();
+        for (const i of refused) {
+          for (const c of per[i]!) if (c.kind !== "rpm") need.add(c);
+        }
+        const list = [...need];
+        if (list.length > 0) {
+          const read = await getManyChunked(kv, list.map((c) => c.relKey));
+          list.forEach((c, i) => {
+            c.released = Math.max(c.released, u64(read[i]!.value));
+            this.#setReleased(c.id, c.released);
+          });
+        }
+        for (const c of all) c.added = 0;
+        out = this.#decideAll(reqs, per, now);
       }
       if (out.admitted === 0) return out.admissions;
       const op = out.op;
-      plan.rules.forEach((r, i) => {
-        op.check({ key: keys[i]!, versionstamp: entries[i]!.versionstamp });
-        if (out.added[i]! > 0) {
-          const expireIn = r.kind === "concurrency"
-            ? undefined
-            : wins[i]![1] - now + DAY;
-          op.set(
-            keys[i]!,
-            new Deno.KvU64(BigInt(entries[i]!.value + out.added[i]!)),
-            { expireIn },
-          );
+      for (const c of all) {
+        op.check({ key: c.key, versionstamp: c.versionstamp });
+        if (c.added > 0) {
+          op.set(c.key, new Deno.KvU64(BigInt(c.value + c.added)), {
+            expireIn: c.kind === "concurrency" ? undefined : c.end - now + DAY,
+          });
         }
-      });
+      }
       const res = await op.commit();
       if (res.ok) {
-        plan.rules.forEach((_, i) => {
-          if (out.added[i]! > 0) {
-            this.#cacheAdmitted(ids[i]!, {
-              value: entries[i]!.value + out.added[i]!,
+        for (const c of all) {
+          if (c.added > 0) {
+            this.#cacheAdmitted(c.id, {
+              value: c.value + c.added,
               versionstamp: res.versionstamp,
             });
           }
-        });
+        }
         for (const a of out.admissions) {
           if (a.ok && a.reservation) {
             a.reservation.versionstamp = res.versionstamp;
@@ -297,7 +422,7 @@ export class Admitter {
         }
         return out.admissions;
       }
-      for (const id of ids) this.#admitted.delete(id); // another instance moved: re-read
+      for (const c of all) this.#admitted.delete(c.id); // another instance moved: re-read
     }
     throw new QuotaUnavailableError(
       "Cannot admit: the quota counters stayed contended",
@@ -309,75 +434,30 @@ export class Admitter {
     c: { value: number; versionstamp: string | null },
   ): void {
     if (this.#admitted.size >= 100_000) this.#admitted.clear();
-    this.#admitted.set(id, c);
+    this.#admitted.set(id, { value: c.value, versionstamp: c.versionstamp });
   }
 
-  /** Release counters (0 for rpm): as last seen, or read when `fresh`. */
-  async #released(
-    rules: Rule[],
-    wins: [string, number][],
-    now: number,
-    fresh: boolean,
-  ): Promise<{ values: number[]; fresh: boolean }> {
-    const values = rules.map(() => 0);
-    const need: number[] = [];
-    rules.forEach((r, i) => {
-      if (r.kind === "rpm") return;
-      // R only grows, so a stale or unknown (0) value over-counts usage:
-      // safe for admitting; it is read before anything is refused.
-      const c = this.#releasedCache.get(`${r.subject}\u0000${wins[i]![0]}`);
-      if (!fresh) values[i] = c?.value ?? 0;
-      else need.push(i);
-    });
-    if (need.length > 0) {
-      const read = await this.#store.kv.getMany(
-        need.map((i) => k.quotaCounter(rules[i]!.subject, rel(wins[i]![0]))),
-      );
-      if (this.#releasedCache.size >= 100_000) this.#releasedCache.clear();
-      need.forEach((i, j) => {
-        values[i] = u64(read[j]!.value);
-        this.#releasedCache.set(`${rules[i]!.subject}\u0000${wins[i]![0]}`, {
-          value: values[i]!,
-          at: now,
-        });
-      });
-    }
-    return {
-      values,
-      fresh: need.length === rules.filter((r) => r.kind !== "rpm").length,
-    };
+  #setReleased(id: string, value: number): void {
+    if (this.#releasedCache.size >= 100_000) this.#releasedCache.clear();
+    this.#releasedCache.set(id, value);
   }
 
-  #decideAll(
-    reqs: AdmissionRequest[],
-    entries: ({ value: number } | undefined)[],
-    released: { values: number[] },
-    wins: [string, number][],
-    now: number,
-  ) {
-    const cur = entries.map((e, i) => e!.value - released.values[i]!);
-    const start = [...cur];
+  #decideAll(reqs: AdmissionRequest[], per: Counter[][], now: number) {
     const op = this.#store.kv.atomic();
     const admissions: Admission[] = [];
     let admitted = 0;
-    for (const req of reqs) {
-      const a = this.#decide(req, cur, wins, now, op);
+    reqs.forEach((req, i) => {
+      const a = this.#decide(req, per[i]!, now, op);
       admissions.push(a);
       if (a.ok) admitted++;
-    }
-    return {
-      admissions,
-      admitted,
-      op,
-      added: cur.map((v, i) => v - start[i]!),
-    };
+    });
+    return { admissions, admitted, op };
   }
 
   /** Decides one request against the running counters, adding its reservation to `op`. */
   #decide(
     req: AdmissionRequest,
-    cur: number[],
-    wins: [string, number][],
+    cs: Counter[],
     now: number,
     op: Deno.AtomicOperation,
   ): Admission {
@@ -385,21 +465,21 @@ export class Admitter {
     let grant = req.tokens;
     for (let i = 0; i < rules.length; i++) {
       const r = rules[i]!;
-      if (isTokenRule(r.kind)) grant = Math.min(grant, r.limit - cur[i]!);
+      if (isTokenRule(r.kind)) grant = Math.min(grant, r.limit - used(cs[i]!));
     }
     for (let i = 0; i < rules.length; i++) {
       const r = rules[i]!;
       const over = isTokenRule(r.kind)
         ? grant < req.minTokens || grant <= 0
-        : cur[i]! + 1 > r.limit;
+        : used(cs[i]!) + 1 > r.limit;
       if (over) {
         const quota = r.kind === "day" || r.kind === "month";
         return {
           ok: false,
           reason: quota ? "quota" : "rate",
           rule: r,
-          retryAfterMs: r.kind === "concurrency" ? 1000 : wins[i]![1] - now,
-          view: viewOf(rules, cur, wins, now),
+          retryAfterMs: r.kind === "concurrency" ? 1000 : cs[i]!.end - now,
+          view: viewOf(rules, cs, now),
         };
       }
     }
@@ -407,17 +487,17 @@ export class Admitter {
     const concCounters: [string, string][] = [];
     for (let i = 0; i < rules.length; i++) {
       const r = rules[i]!;
+      const c = cs[i]!;
+      const window = c.id.slice(r.subject.length + 1);
       if (isTokenRule(r.kind)) {
-        cur[i]! += grant;
-        tokenCounters.push([r.subject, wins[i]![0]]);
+        c.added += grant;
+        tokenCounters.push([r.subject, window]);
       } else {
-        cur[i]! += 1;
-        if (r.kind === "concurrency") {
-          concCounters.push([r.subject, wins[i]![0]]);
-        }
+        c.added += 1;
+        if (r.kind === "concurrency") concCounters.push([r.subject, window]);
       }
     }
-    const view = viewOf(rules, cur, wins, now);
+    const view = viewOf(rules, cs, now);
     if (tokenCounters.length === 0 && concCounters.length === 0) {
       return { ok: true, reservation: null, view };
     }
@@ -445,14 +525,143 @@ export class Admitter {
       view,
     };
   }
+
+  /**
+   * Settles a reservation to the actual usage (clamped to the grant) off
+   * the client's path: it waits up to `settleDelayMs` to share one commit
+   * with other settlements. Resolves false when it was already settled or
+   * reclaimed; rejects when KV fails.
+   */
+  settle(r: Reservation, actualTokens: number): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.#settles.push({ r, actual: actualTokens, resolve, reject });
+      this.#kickSettles(
+        this.#settles.length >= this.#settleBatch() ? 0 : this.#settleDelayMs,
+      );
+    });
+  }
+
+  /** Resolves once every settlement queued so far is committed (or failed). */
+  async flush(): Promise<void> {
+    while (this.#settles.length > 0 || this.#settling) {
+      this.#kickSettles(0);
+      await this.#settling;
+    }
+  }
+
+  #settleBatch(): number {
+    return Math.min(this.#maxChecks, 64);
+  }
+
+  #kickSettles(delayMs: number): void {
+    if (this.#settling) return; // the running drain takes what was queued
+    if (delayMs > 0) {
+      this.#settleTimer ??= setTimeout(() => {
+        this.#settleTimer = undefined;
+        this.#settling ??= this.#drainSettles();
+      }, delayMs);
+      return;
+    }
+    clearTimeout(this.#settleTimer);
+    this.#settleTimer = undefined;
+    this.#settling = this.#drainSettles();
+  }
+
+  async #drainSettles(): Promise<void> {
+    try {
+      while (this.#settles.length > 0) {
+        await this.#settleMany(this.#settles.splice(0, this.#settleBatch()));
+      }
+    } finally {
+      this.#settling = null;
+    }
+  }
+
+  /**
+   * One commit for a batch. When a check fails (one was already settled or
+   * reclaimed), those are dropped and the rest committed again; when KV
+   * fails, one by one (each rejecting on its own).
+   */
+  async #settleMany(batch: PendingSettle[]): Promise<void> {
+    for (let attempt = 0; attempt < 2 && batch.length > 1; attempt++) {
+      const ok = await this.#commitSettles(batch).catch(() => null);
+      if (ok === null) break;
+      if (ok) return;
+      const held = await getManyChunked(
+        this.#store.kv,
+        batch.map((s) => k.reservation(s.r.id)),
+      ).catch(() => null);
+      if (!held) break;
+      batch = batch.filter((s, i) => {
+        if (held[i]!.versionstamp === s.r.versionstamp) return true;
+        s.resolve(false);
+        return false;
+      });
+    }
+    for (const s of batch) {
+      try {
+        const ok = await settle(this.#store, s.r, s.actual);
+        if (ok) this.#released(s.r, s.actual);
+        s.resolve(ok);
+      } catch (e) {
+        s.reject(e);
+      }
+    }
+  }
+
+  /** Commits a batch of settlements (one check each, sums merged per counter). */
+  async #commitSettles(batch: PendingSettle[]): Promise<boolean> {
+    const op = this.#store.kv.atomic();
+    const sums = new Map<string, { key: Deno.KvKey; n: number }>();
+    for (const s of batch) {
+      const key = k.reservation(s.r.id);
+      op.check({ key, versionstamp: s.r.versionstamp }).delete(key);
+      for (const [id, key, n] of releases(s.r, s.actual)) {
+        const e = sums.get(id);
+        if (e) e.n += n;
+        else sums.set(id, { key, n });
+      }
+    }
+    for (const { key, n } of sums.values()) op.sum(key, BigInt(n));
+    if (!(await op.commit()).ok) return false;
+    for (const s of batch) {
+      this.#released(s.r, s.actual);
+      s.resolve(true);
+    }
+    return true;
+  }
+
+  /** Adds a committed release to the cached release counters (which stay ≤ the truth). */
+  #released(r: Reservation, actual: number): void {
+    for (const [id, , n] of releases(r, actual)) {
+      const v = this.#releasedCache.get(id);
+      if (v !== undefined) this.#releasedCache.set(id, v + n);
+    }
+  }
 }
 
-function viewOf(
-  rules: Rule[],
-  cur: number[],
-  wins: [string, number][],
-  now: number,
-): QuotaView {
+/** What settling `r` at `actual` adds to each release counter: `[cacheId, key, n]`. */
+function releases(
+  r: Reservation,
+  actual: number,
+): [string, Deno.KvKey, number][] {
+  const out: [string, Deno.KvKey, number][] = [];
+  const used = Math.max(0, Math.min(r.tokens, Math.ceil(actual)));
+  if (used !== r.tokens) {
+    for (const [s, w] of r.tokenCounters) {
+      out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), r.tokens - used]);
+    }
+  }
+  for (const [s, w] of r.concCounters) {
+    out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), 1]);
+  }
+  return out;
+}
+
+/** A counter's usage as decided so far: admitted − released + added. */
+const used = (c: Counter) => c.value - c.released + c.added;
+
+function viewOf(rules: Rule[], cs: Counter[], now: number): QuotaView {
   const view: QuotaView = { requests: null, tokens: null };
   const rank: Record<RuleKind, number> = {
     tpm: 0,
@@ -466,8 +675,8 @@ function viewOf(
     const r = rules[i]!;
     const v = {
       limit: r.limit,
-      remaining: Math.max(0, r.limit - cur[i]!),
-      resetMs: wins[i]![1] - now,
+      remaining: Math.max(0, r.limit - used(cs[i]!)),
+      resetMs: cs[i]!.end - now,
     };
     if (r.kind === "rpm") {
       if (!view.requests || v.remaining < view.requests.remaining) {
