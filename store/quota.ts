@@ -11,6 +11,15 @@
  * commits racing, so a hot key does not collapse under retries.
  * Settlements are batched likewise, after the response.
  *
+ * A busy (tenant, key) gets a lease: one commit prepays the requests it
+ * will make in the next second (every counter of its plan raised by n
+ * requests' worth, under one reservation record), and requests admitted
+ * from it touch no KV at all; the lease settles once, giving back what it
+ * did not use. Leases take at most a tenth of any window's remaining
+ * capacity and none is granted near a limit, so admission stays exact
+ * there, one commit per request; a refusal first closes the tenant's
+ * leases and gives back their idle capacity.
+ *
  * Each window has two counters: `A` (admitted, only ever `set` by admission
  * under a `check`) and `R` (released, only ever increased by blind `sum`s
  * when a request settles). Usage = A − R. Settlement never conflicts with
@@ -65,6 +74,8 @@ export interface Reservation {
   /** Counters holding tokens (`[subject, window]`) and the concurrency counters. */
   tokenCounters: [string, string][];
   concCounters: [string, string][];
+  /** Set when admitted from this process's lease: it settles in memory. */
+  lease?: Lease;
 }
 
 /** Remaining capacity of the tightest request and token windows, for headers. */
@@ -101,6 +112,8 @@ interface StoredReservation {
   reclaimTokens: number;
   tokenCounters: [string, string][];
   concCounters: [string, string][];
+  /** Concurrency slots it holds (a lease holds several; default 1). */
+  units?: number;
 }
 
 const MINUTE = 60_000;
@@ -168,12 +181,75 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
+/** A release to add to one release counter: `[cacheId, key, n]`. */
+type Release = [string, Deno.KvKey, number];
+
 interface PendingSettle {
-  r: Reservation;
-  actual: number;
+  /** The reservation record to check and delete. */
+  id: string;
+  versionstamp: string;
+  releases: Release[];
   resolve: (settled: boolean) => void;
   reject: (e: unknown) => void;
 }
+
+/**
+ * Capacity this process prepaid for one (tenant, key) while it is busy:
+ * `n` requests (every rpm and concurrency counter got +n) and `n` times
+ * the first request's worst case in tokens (every token counter), held by
+ * one reservation record. Requests admitted from it need no KV write;
+ * they settle in memory, and the lease settles once (unused requests,
+ * tokens and all its slots released) when it has closed and its last
+ * request has finished. A crashed gateway's lease is reclaimed after its
+ * deadline like any reservation, its tokens billed in full.
+ */
+export class Lease {
+  admitted = 0;
+  inFlight = 0;
+  tokensHeld = 0;
+  tokensUsed = 0;
+  closing = false;
+  /** What its record still holds in KV (lowered when it shrinks). */
+  tokensReserved: number;
+  unitsHeld: number;
+  /** Unused requests already released. */
+  reqReleased = 0;
+  shrinking: Promise<void> | null = null;
+
+  constructor(
+    readonly planKey: string,
+    readonly signature: string,
+    readonly res: Reservation,
+    readonly stored: StoredReservation,
+    readonly n: number,
+    readonly hasTokens: boolean,
+    readonly reqCounters: [string, string][],
+    readonly openedAt: number,
+    /** The first window end among its counters: the lease closes then. */
+    readonly validUntil: number,
+    /** The quota view right after it was granted. */
+    readonly view: QuotaView,
+  ) {
+    this.tokensReserved = res.tokens;
+    this.unitsHeld = n;
+  }
+}
+
+interface LeaseGrant {
+  planKey: string;
+  signature: string;
+  res: Reservation;
+  stored: StoredReservation;
+  n: number;
+  hasTokens: boolean;
+  reqCounters: [string, string][];
+  validUntil: number;
+  view: QuotaView;
+}
+
+const planKey = (p: LimitPlan) => `${p.tenantId}\u0000${p.keyId}`;
+const signature = (p: LimitPlan) =>
+  p.rules.map((r) => `${r.subject}:${r.kind}:${r.limit}`).join(",");
 
 /** One quota counter (a window of a subject) as seen by one commit attempt. */
 interface Counter {
@@ -208,7 +284,21 @@ export interface AdmitterOptions {
   maxInFlight?: number;
   /** How long a settlement may wait to share its commit with others (default 20 ms). */
   settleDelayMs?: number;
+  /** How long a lease admits requests (default 1000 ms; 0 turns leases off). */
+  leaseMs?: number;
+  /** Most requests one lease prepays (default 256). */
+  maxLease?: number;
 }
+
+/**
+ * A lease takes at most this share of any window's remaining capacity, and
+ * none is granted once a window has room for fewer than LEASE_MIN_ROOM
+ * more requests like the one asking: near a limit every request is
+ * admitted by its own commit, so gateways sharing the KV never refuse for
+ * capacity another one holds idle (leases close within `leaseMs`).
+ */
+const LEASE_SHARE = 0.1;
+const LEASE_MIN_ROOM = 100;
 
 const getManyChunked = async (
   kv: Deno.Kv,
@@ -236,6 +326,8 @@ export class Admitter {
   readonly #maxChecks: number;
   readonly #maxInFlight: number;
   readonly #settleDelayMs: number;
+  readonly #leaseMs: number;
+  readonly #maxLease: number;
   #pending: Pending[] = [];
   readonly #busy = new Set<string>();
   #inFlight = 0;
@@ -247,6 +339,12 @@ export class Admitter {
   #settles: PendingSettle[] = [];
   #settleTimer: ReturnType<typeof setTimeout> | undefined;
   #settling: Promise<void> | null = null;
+  readonly #leases = new Map<string, Lease>();
+  readonly #rates = new Map<
+    string,
+    { count: number; since: number; last: number }
+  >();
+  #sweep: ReturnType<typeof setInterval> | undefined;
 
   constructor(store: Store, opts: AdmitterOptions = {}) {
     this.#store = store;
@@ -255,6 +353,8 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
+    this.#leaseMs = opts.leaseMs ?? 1000;
+    this.#maxLease = opts.maxLease ?? 256;
   }
 
   /** Admits or rejects one request; throws QuotaUnavailableError when KV fails. */
@@ -266,10 +366,189 @@ export class Admitter {
         view: { requests: null, tokens: null },
       });
     }
+    const now = Date.now();
+    const pk = planKey(req.plan);
+    this.#countRate(pk, now);
+    const leased = this.#fromLease(pk, req, now);
+    if (leased) return Promise.resolve(leased);
     return new Promise((resolve, reject) => {
       this.#pending.push({ req, resolve, reject });
       this.#pump();
     });
+  }
+
+  /** Counts an admission attempt of a plan (for lease sizing). */
+  #countRate(pk: string, now: number): void {
+    let r = this.#rates.get(pk);
+    if (!r) {
+      if (this.#rates.size >= 100_000) this.#rates.clear();
+      r = { count: 0, since: now, last: 0 };
+      this.#rates.set(pk, r);
+    } else if (now - r.since >= 1000) {
+      r.last = now - r.since < 2000 ? (r.count * 1000) / (now - r.since) : 0;
+      r.count = 0;
+      r.since = now;
+    }
+    r.count++;
+  }
+
+  /** Requests per second of a plan, recently. */
+  #rate(pk: string, now: number): number {
+    const r = this.#rates.get(pk);
+    if (!r) return 0;
+    return Math.max(r.last, (r.count * 1000) / Math.max(250, now - r.since));
+  }
+
+  /** Admits from the plan's open lease, when it has room: no KV write. */
+  #fromLease(pk: string, req: AdmissionRequest, now: number): Admission | null {
+    const l = this.#leases.get(pk);
+    if (!l) return null;
+    if (
+      now - l.openedAt >= this.#leaseMs || now >= l.validUntil ||
+      l.signature !== signature(req.plan)
+    ) {
+      this.#close(l);
+      return null;
+    }
+    if (
+      l.admitted >= l.n ||
+      (l.hasTokens && l.res.tokens - l.tokensHeld - l.tokensUsed < req.tokens)
+    ) {
+      this.#close(l); // used up: the next commit may grant a larger one
+      return null;
+    }
+    l.admitted++;
+    l.inFlight++;
+    if (l.hasTokens) l.tokensHeld += req.tokens;
+    return {
+      ok: true,
+      reservation: {
+        id: l.res.id,
+        versionstamp: l.res.versionstamp,
+        tokens: req.tokens,
+        tokenCounters: [],
+        concCounters: [],
+        lease: l,
+      },
+      view: leaseView(l, now),
+    };
+  }
+
+  /** Stops a lease admitting; it settles once its last request is done. */
+  #close(l: Lease): void {
+    if (l.closing) return;
+    l.closing = true;
+    if (this.#leases.get(l.planKey) === l) this.#leases.delete(l.planKey);
+    if (this.#leases.size === 0 && this.#sweep !== undefined) {
+      clearInterval(this.#sweep);
+      this.#sweep = undefined;
+    }
+    if (l.inFlight === 0) this.#settleLease(l);
+  }
+
+  /** Queues a closed, idle lease's settlement: unused requests and tokens, and every slot, go back. */
+  #settleLease(l: Lease): void {
+    if (l.shrinking) {
+      void l.shrinking.then(() => this.#settleLease(l));
+      return;
+    }
+    this.#queueSettle({
+      id: l.res.id,
+      versionstamp: l.res.versionstamp,
+      releases: leaseReleases(
+        l,
+        l.hasTokens ? l.tokensReserved - l.tokensUsed : 0,
+        l.unitsHeld,
+        l.n - l.admitted - l.reqReleased,
+      ),
+      resolve: () => {},
+      reject: () => {}, // KV down: reclaimed after its deadline
+    });
+  }
+
+  /**
+   * Releases at once what a closed lease still serving requests will not
+   * use (its unused requests and tokens, its idle slots), rewriting its
+   * record to hold only what is in flight.
+   */
+  #shrink(l: Lease): Promise<void> {
+    if (l.inFlight === 0 || l.shrinking) {
+      return l.shrinking ?? Promise.resolve();
+    }
+    const tokens = l.hasTokens ? l.tokensUsed + l.tokensHeld : 0;
+    const rs = leaseReleases(
+      l,
+      l.hasTokens ? l.tokensReserved - tokens : 0,
+      l.unitsHeld - l.inFlight,
+      l.n - l.admitted - l.reqReleased,
+    );
+    if (rs.length === 0) return Promise.resolve();
+    const key = k.reservation(l.res.id);
+    const stored: StoredReservation = {
+      ...l.stored,
+      tokens,
+      reclaimTokens: tokens,
+      units: l.inFlight,
+    };
+    const op = this.#store.kv.atomic()
+      .check({ key, versionstamp: l.res.versionstamp })
+      .set(key, stored, { expireIn: l.stored.deadline - Date.now() + 7 * DAY });
+    for (const [, k2, n] of rs) op.sum(k2, BigInt(n));
+    const units = l.inFlight;
+    const reqReleased = l.n - l.admitted;
+    l.shrinking = op.commit().then((res) => {
+      if (!res.ok) return;
+      l.res.versionstamp = res.versionstamp;
+      l.tokensReserved = tokens;
+      l.unitsHeld = units;
+      l.reqReleased = reqReleased;
+      this.#released(rs);
+    }, () => {}).finally(() => l.shrinking = null);
+    return l.shrinking;
+  }
+
+  /** Closes the leases of `tenants` (all when null); returns the ones closed. */
+  #closeLeases(tenants: Set<string> | null): Lease[] {
+    const closed: Lease[] = [];
+    for (const l of [...this.#leases.values()]) {
+      if (!tenants || tenants.has(l.planKey.split("\u0000")[0]!)) {
+        this.#close(l);
+        closed.push(l);
+      }
+    }
+    return closed;
+  }
+
+  #activate(g: LeaseGrant, now: number): void {
+    const old = this.#leases.get(g.planKey);
+    if (old) this.#close(old);
+    this.#leases.set(
+      g.planKey,
+      new Lease(
+        g.planKey,
+        g.signature,
+        g.res,
+        g.stored,
+        g.n,
+        g.hasTokens,
+        g.reqCounters,
+        now,
+        g.validUntil,
+        g.view,
+      ),
+    );
+    if (this.#sweep === undefined) {
+      const sweep = setInterval(() => {
+        const t = Date.now();
+        for (const l of [...this.#leases.values()]) {
+          if (t - l.openedAt >= this.#leaseMs || t >= l.validUntil) {
+            this.#close(l);
+          }
+        }
+      }, this.#leaseMs);
+      this.#sweep = sweep;
+      Deno.unrefTimer(sweep);
+    }
   }
 
   /** Starts commits while a slot is free and a tenant without one in flight waits. */
@@ -293,7 +572,13 @@ export class Admitter {
     const batch: Pending[] = [];
     const rest: Pending[] = [];
     const counters = new Set<string>();
+    const now = Date.now();
     for (const p of this.#pending) {
+      const leased = this.#fromLease(planKey(p.req.plan), p.req, now);
+      if (leased) {
+        p.resolve(leased);
+        continue;
+      }
       if (
         batch.length >= this.#maxBatch || this.#busy.has(p.req.plan.tenantId)
       ) {
@@ -377,13 +662,14 @@ export class Admitter {
       let out = this.#decideAll(reqs, per, now);
       const refused = out.admissions.flatMap((a, i) => a.ok ? [] : [i]);
       if (refused.length > 0) {
-        // Before refusing: our own releases land first, then the release
-        // counters of the refused requests are read fresh.
-        await this.flush();
+        // Before refusing: this tenant's leases close, our own releases
+        // land, then the release counters of the refused are read fresh.
+        const tenants = new Set(refused.map((i) => reqs[i]!.plan.tenantId));
+        const closed = this.#closeLeases(tenants);
+        await Promise.all(closed.map((l) => this.#shrink(l)));
+        await this.#flushSettles();
         const need = new Set<Counter>();
-        for (const i of refused) {
-          for (const c of per[i]!) if (c.kind !== "rpm") need.add(c);
-        }
+        for (const i of refused) for (const c of per[i]!) need.add(c);
         const list = [...need];
         if (list.length > 0) {
           const read = await getManyChunked(kv, list.map((c) => c.relKey));
@@ -420,6 +706,10 @@ export class Admitter {
             a.reservation.versionstamp = res.versionstamp;
           }
         }
+        for (const g of out.leases) {
+          g.res.versionstamp = res.versionstamp;
+          this.#activate(g, now);
+        }
         return out.admissions;
       }
       for (const c of all) this.#admitted.delete(c.id); // another instance moved: re-read
@@ -445,13 +735,91 @@ export class Admitter {
   #decideAll(reqs: AdmissionRequest[], per: Counter[][], now: number) {
     const op = this.#store.kv.atomic();
     const admissions: Admission[] = [];
+    const leases: LeaseGrant[] = [];
     let admitted = 0;
     reqs.forEach((req, i) => {
       const a = this.#decide(req, per[i]!, now, op);
       admissions.push(a);
-      if (a.ok) admitted++;
+      if (!a.ok) return;
+      admitted++;
+      const pk = planKey(req.plan);
+      if (!leases.some((g) => g.planKey === pk)) {
+        const g = this.#grantLease(pk, req, per[i]!, now, op);
+        if (g) leases.push(g);
+      }
     });
-    return { admissions, admitted, op };
+    return { admissions, admitted, op, leases };
+  }
+
+  /**
+   * Adds a lease for a busy plan to the commit: as many requests as it
+   * makes in `leaseMs` (at most `maxLease`; see LEASE_SHARE and
+   * LEASE_MIN_ROOM).
+   */
+  #grantLease(
+    pk: string,
+    req: AdmissionRequest,
+    cs: Counter[],
+    now: number,
+    op: Deno.AtomicOperation,
+  ): LeaseGrant | null {
+    if (this.#leaseMs <= 0 || this.#leases.has(pk)) return null;
+    const rules = req.plan.rules;
+    let n = Math.min(
+      this.#maxLease,
+      Math.floor((this.#rate(pk, now) * this.#leaseMs) / 1000),
+    );
+    for (let i = 0; i < rules.length && n >= 2; i++) {
+      const r = rules[i]!;
+      const unit = isTokenRule(r.kind) ? Math.max(1, req.tokens) : 1;
+      const free = (r.limit - used(cs[i]!)) / unit; // requests like this one
+      if (free < LEASE_MIN_ROOM) return null;
+      n = Math.min(n, Math.floor(free * LEASE_SHARE));
+    }
+    if (n < 2) return null;
+    const tokenCounters: [string, string][] = [];
+    const concCounters: [string, string][] = [];
+    const reqCounters: [string, string][] = [];
+    const hasTokens = rules.some((r) => isTokenRule(r.kind));
+    const tokens = hasTokens ? n * req.tokens : 0;
+    let validUntil = Infinity;
+    rules.forEach((r, i) => {
+      const c = cs[i]!;
+      const w: [string, string] = [r.subject, c.id.slice(r.subject.length + 1)];
+      if (isTokenRule(r.kind)) {
+        c.added += tokens;
+        tokenCounters.push(w);
+      } else {
+        c.added += n;
+        (r.kind === "concurrency" ? concCounters : reqCounters).push(w);
+      }
+      if (r.kind !== "concurrency") validUntil = Math.min(validUntil, c.end);
+    });
+    // Requests join for leaseMs, then each finishes within ttlMs.
+    const deadline = now + this.#leaseMs + req.ttlMs;
+    const id = newIdAt(deadline);
+    const stored: StoredReservation = {
+      tenantId: req.plan.tenantId,
+      keyId: req.plan.keyId,
+      deadline,
+      tokens,
+      reclaimTokens: tokens,
+      units: n,
+      tokenCounters,
+      concCounters,
+    };
+    op.set(k.reservation(id), stored, { expireIn: req.ttlMs + 7 * DAY });
+    return {
+      planKey: pk,
+      signature: signature(req.plan),
+      res: { id, versionstamp: "", tokens, tokenCounters, concCounters },
+      stored,
+      n,
+      hasTokens,
+      reqCounters,
+      validUntil,
+      view: viewOf(rules, cs, now),
+    };
   }
 
   /** Decides one request against the running counters, adding its reservation to `op`. */
@@ -533,16 +901,47 @@ export class Admitter {
    * reclaimed; rejects when KV fails.
    */
   settle(r: Reservation, actualTokens: number): Promise<boolean> {
-    return new Promise((resolve, reject) => {
-      this.#settles.push({ r, actual: actualTokens, resolve, reject });
-      this.#kickSettles(
-        this.#settles.length >= this.#settleBatch() ? 0 : this.#settleDelayMs,
-      );
-    });
+    const l = r.lease;
+    if (l) {
+      l.inFlight--;
+      if (l.hasTokens) {
+        l.tokensHeld -= r.tokens;
+        l.tokensUsed += Math.max(
+          0,
+          Math.min(r.tokens, Math.ceil(actualTokens)),
+        );
+      }
+      if (l.closing && l.inFlight === 0) this.#settleLease(l);
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve, reject) =>
+      this.#queueSettle({
+        id: r.id,
+        versionstamp: r.versionstamp,
+        releases: releases(r, actualTokens),
+        resolve,
+        reject,
+      })
+    );
   }
 
-  /** Resolves once every settlement queued so far is committed (or failed). */
-  async flush(): Promise<void> {
+  #queueSettle(s: PendingSettle): void {
+    this.#settles.push(s);
+    this.#kickSettles(
+      this.#settles.length >= this.#settleBatch() ? 0 : this.#settleDelayMs,
+    );
+  }
+
+  /**
+   * Closes every lease (those still serving requests settle when their last
+   * one ends) and resolves once every settlement queued is committed.
+   */
+  flush(): Promise<void> {
+    this.#closeLeases(null);
+    return this.#flushSettles();
+  }
+
+  async #flushSettles(): Promise<void> {
     while (this.#settles.length > 0 || this.#settling) {
       this.#kickSettles(0);
       await this.#settling;
@@ -589,19 +988,24 @@ export class Admitter {
       if (ok) return;
       const held = await getManyChunked(
         this.#store.kv,
-        batch.map((s) => k.reservation(s.r.id)),
+        batch.map((s) => k.reservation(s.id)),
       ).catch(() => null);
       if (!held) break;
       batch = batch.filter((s, i) => {
-        if (held[i]!.versionstamp === s.r.versionstamp) return true;
+        if (held[i]!.versionstamp === s.versionstamp) return true;
         s.resolve(false);
         return false;
       });
     }
     for (const s of batch) {
       try {
-        const ok = await settle(this.#store, s.r, s.actual);
-        if (ok) this.#released(s.r, s.actual);
+        const ok = await settleOne(
+          this.#store,
+          s.id,
+          s.versionstamp,
+          s.releases,
+        );
+        if (ok) this.#released(s.releases);
         s.resolve(ok);
       } catch (e) {
         s.reject(e);
@@ -614,9 +1018,9 @@ export class Admitter {
     const op = this.#store.kv.atomic();
     const sums = new Map<string, { key: Deno.KvKey; n: number }>();
     for (const s of batch) {
-      const key = k.reservation(s.r.id);
-      op.check({ key, versionstamp: s.r.versionstamp }).delete(key);
-      for (const [id, key, n] of releases(s.r, s.actual)) {
+      const key = k.reservation(s.id);
+      op.check({ key, versionstamp: s.versionstamp }).delete(key);
+      for (const [id, key, n] of s.releases) {
         const e = sums.get(id);
         if (e) e.n += n;
         else sums.set(id, { key, n });
@@ -625,15 +1029,15 @@ export class Admitter {
     for (const { key, n } of sums.values()) op.sum(key, BigInt(n));
     if (!(await op.commit()).ok) return false;
     for (const s of batch) {
-      this.#released(s.r, s.actual);
+      this.#released(s.releases);
       s.resolve(true);
     }
     return true;
   }
 
   /** Adds a committed release to the cached release counters (which stay ≤ the truth). */
-  #released(r: Reservation, actual: number): void {
-    for (const [id, , n] of releases(r, actual)) {
+  #released(rs: Release[]): void {
+    for (const [id, , n] of rs) {
       const v = this.#releasedCache.get(id);
       if (v !== undefined) this.#releasedCache.set(id, v + n);
     }
@@ -641,11 +1045,8 @@ export class Admitter {
 }
 
 /** What settling `r` at `actual` adds to each release counter: `[cacheId, key, n]`. */
-function releases(
-  r: Reservation,
-  actual: number,
-): [string, Deno.KvKey, number][] {
-  const out: [string, Deno.KvKey, number][] = [];
+function releases(r: Reservation, actual: number): Release[] {
+  const out: Release[] = [];
   const used = Math.max(0, Math.min(r.tokens, Math.ceil(actual)));
   if (used !== r.tokens) {
     for (const [s, w] of r.tokenCounters) {
@@ -656,6 +1057,48 @@ function releases(
     out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), 1]);
   }
   return out;
+}
+
+/** Releases of a lease: tokens, concurrency units and unused requests. */
+function leaseReleases(
+  l: Lease,
+  tokens: number,
+  units: number,
+  requests: number,
+): Release[] {
+  const out: Release[] = [];
+  const add = (counters: [string, string][], n: number) => {
+    if (n <= 0) return;
+    for (const [s, w] of counters) {
+      out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), n]);
+    }
+  };
+  add(l.res.tokenCounters, tokens);
+  add(l.res.concCounters, units);
+  add(l.reqCounters, requests);
+  return out;
+}
+
+/** A lease's view: the one at its grant plus what it has not used yet. */
+function leaseView(l: Lease, now: number): QuotaView {
+  const age = now - l.openedAt;
+  const v = l.view;
+  const unusedTokens = l.res.tokens - l.tokensHeld - l.tokensUsed;
+  return {
+    requests: v.requests && {
+      limit: v.requests.limit,
+      remaining: Math.min(
+        v.requests.limit,
+        v.requests.remaining + l.n - l.admitted,
+      ),
+      resetMs: Math.max(0, v.requests.resetMs - age),
+    },
+    tokens: v.tokens && {
+      limit: v.tokens.limit,
+      remaining: Math.min(v.tokens.limit, v.tokens.remaining + unusedTokens),
+      resetMs: Math.max(0, v.tokens.resetMs - age),
+    },
+  };
 }
 
 /** A counter's usage as decided so far: admitted − released + added. */
@@ -698,32 +1141,26 @@ function viewOf(rules: Rule[], cs: Counter[], now: number): QuotaView {
  * Replaces a reservation by the actual usage (clamped to the grant); a
  * no-op when it was already settled or reclaimed.
  */
-export async function settle(
+export function settle(
   store: Store,
   r: Reservation,
   actualTokens: number,
 ): Promise<boolean> {
-  const op = store.kv.atomic()
-    .check({ key: k.reservation(r.id), versionstamp: r.versionstamp })
-    .delete(k.reservation(r.id));
-  applyRelease(op, r.tokens, actualTokens, r.tokenCounters, r.concCounters);
-  return (await op.commit()).ok;
+  return settleOne(store, r.id, r.versionstamp, releases(r, actualTokens));
 }
 
-function applyRelease(
-  op: Deno.AtomicOperation,
-  granted: number,
-  actual: number,
-  tokenCounters: [string, string][],
-  concCounters: [string, string][],
-): void {
-  const used = Math.max(0, Math.min(granted, Math.ceil(actual)));
-  if (used !== granted) {
-    for (const [s, w] of tokenCounters) {
-      op.sum(k.quotaCounter(s, rel(w)), BigInt(granted - used));
-    }
-  }
-  for (const [s, w] of concCounters) op.sum(k.quotaCounter(s, rel(w)), 1n);
+/** Deletes a reservation record (if still held as seen) and adds its releases. */
+async function settleOne(
+  store: Store,
+  id: string,
+  versionstamp: string,
+  rs: Release[],
+): Promise<boolean> {
+  const op = store.kv.atomic()
+    .check({ key: k.reservation(id), versionstamp })
+    .delete(k.reservation(id));
+  for (const [, key, n] of rs) op.sum(key, BigInt(n));
+  return (await op.commit()).ok;
 }
 
 /**
@@ -742,14 +1179,15 @@ export async function reclaimExpired(
   }, { limit });
   for await (const e of iter) {
     if (e.value.deadline > now) continue;
+    const v = e.value;
     const op = store.kv.atomic().check(e).delete(e.key);
-    applyRelease(
-      op,
-      e.value.tokens,
-      e.value.reclaimTokens,
-      e.value.tokenCounters,
-      e.value.concCounters,
-    );
+    const unused = v.tokens - Math.min(v.tokens, v.reclaimTokens);
+    for (const [s, w] of unused > 0 ? v.tokenCounters : []) {
+      op.sum(k.quotaCounter(s, rel(w)), BigInt(unused));
+    }
+    for (const [s, w] of v.concCounters) {
+      op.sum(k.quotaCounter(s, rel(w)), BigInt(v.units ?? 1));
+    }
     if ((await op.commit()).ok) n++;
   }
   return n;

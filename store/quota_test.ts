@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  type Admission,
   Admitter,
   counterValue,
   countReservations,
@@ -194,7 +195,7 @@ Deno.test("Admitter.settle() batches settlements into few commits, exactly once 
     tokensPerDay: 10_000,
     concurrency: 200,
   }, null);
-  const a = new Admitter(store, { settleDelayMs: 50 });
+  const a = new Admitter(store, { settleDelayMs: 50, leaseMs: 0 });
   const granted = await Promise.all(
     Array.from({ length: 100 }, () => a.admit(req(plan, 50))),
   );
@@ -230,5 +231,87 @@ Deno.test("Admitter.admit() lands its own pending settlements before refusing", 
   assert.equal(await settled, true);
   assert.ok(!(await a.admit(req(plan, 1))).ok);
   await a.flush();
+  kv.close();
+});
+
+/** Usage of a subject's rpm windows between two times (a test may straddle a minute). */
+async function rpmUsed(
+  store: Awaited<ReturnType<typeof createStore>>,
+  subject: string,
+  from: number,
+): Promise<number> {
+  const a = windowOf("rpm", from)[0];
+  const b = windowOf("rpm", Date.now())[0];
+  return await counterValue(store, subject, a) +
+    (a === b ? 0 : await counterValue(store, subject, b));
+}
+
+Deno.test("Admitter leases a busy key's capacity: few commits, exact usage once settled", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 100_000,
+    tpm: 10_000_000,
+    concurrency: 10_000,
+    tokensPerDay: 1_000_000_000,
+  }, { ...UNLIMITED, rpm: 50_000 });
+  const a = new Admitter(store);
+  const seen = countCommits(kv);
+  const start = Date.now();
+  let admitted = 0;
+  for (let wave = 0; wave < 20; wave++) {
+    const rs = await Promise.all(
+      Array.from({ length: 100 }, () => a.admit(req(plan, 10))),
+    );
+    await Promise.all(rs.map((r) => {
+      assert.ok(r.ok && r.reservation);
+      admitted++;
+      return a.settle(r.reservation, 4);
+    }));
+  }
+  await a.flush();
+  assert.equal(admitted, 2000);
+  assert.ok(seen.commits <= 40, `${seen.commits} commits for 2000 requests`);
+  assert.equal(await rpmUsed(store, "t:t1", start), 2000);
+  assert.equal(await rpmUsed(store, "k:k1", start), 2000);
+  const day = windowOf("day", Date.now())[0];
+  assert.equal(await counterValue(store, "t:t1", day), 2000 * 4);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
+Deno.test("Admitter leases never over-admit and give back idle capacity before refusing", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 100_000,
+    concurrency: 1000,
+    tokensPerDay: 1_000_000,
+  }, null);
+  const a = new Admitter(store);
+  const first = await Promise.all(
+    Array.from({ length: 1500 }, () => a.admit(req(plan, 10))),
+  );
+  const granted = (rs: Admission[]) =>
+    rs.flatMap((r) => r.ok && r.reservation ? [r.reservation] : []);
+  const held = granted(first);
+  assert.equal(held.length, 1000, "exactly the concurrency limit");
+  assert.equal(await counterValue(store, "t:t1", "conc"), 1000);
+  for (const r of held.slice(0, 10)) await a.settle(r, 10);
+  const more = granted(
+    await Promise.all(
+      Array.from({ length: 20 }, () => a.admit(req(plan, 10))),
+    ),
+  );
+  assert.equal(more.length, 10, "the 10 freed slots");
+  for (const r of [...held.slice(10), ...more]) await a.settle(r, 10);
+  await a.flush();
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  const day = windowOf("day", Date.now())[0];
+  assert.equal(await counterValue(store, "t:t1", day), 1010 * 10);
+  assert.equal(await countReservations(store), 0);
   kv.close();
 });
