@@ -1,9 +1,10 @@
 // deno-lint-ignore-file no-console -- benchmark entry point prints its results.
 /**
  * `deno task bench:dashboard`: seeds a month (720 hours) of per-hour usage
- * rollups for 1,000 tenants (the keys `writeUsage` writes: requests,
- * tokens, latency sum and histogram bucket per tenant per hour, plus the
- * cluster-wide series and the month index) into a KV file, then prints the
+ * rollups for 1,000 tenants (as `writeUsage` writes them: one packed value
+ * per group with requests, tokens, latency sum and histogram bucket per
+ * tenant per hour, plus the cluster-wide series and the month index) into a
+ * KV file, then prints the
  * median time to render the usage page (one tenant, and the whole cluster
  * with top tenants) and to answer the usage API, each against a bare KV
  * list of the same rollup keys in the same run. Target: < 200 ms.
@@ -63,15 +64,16 @@ const end = now - (now % 3_600_000);
 const month = new Date(now).toISOString().slice(0, 7);
 let op = kv.atomic();
 let n = 0;
-const add = async (key: Deno.KvKey, v: number) => {
-  op.set(key, new Deno.KvU64(BigInt(v)));
+const add = async (key: Deno.KvKey, v: Record<string, number>) => {
+  op.set(key, v);
   if (++n >= 1000) {
     await op.commit();
     op = kv.atomic();
     n = 0;
   }
 };
-const all = new Map<string, number>();
+// One packed value per rollup group, as the gateway's writer stores it.
+const all = new Map<string, Record<string, number>>();
 for (let ti = 0; ti < TENANTS; ti++) {
   const id = tenantIds[ti]!;
   let tokens = 0, requests = 0;
@@ -79,27 +81,24 @@ for (let ti = 0; ti < TENANTS; ti++) {
     const b = timeBucket("hour", end - h * 3_600_000);
     const req = 1 + ((ti * 7 + h) % 40);
     const latency = 200 + ((ti + h) % 50) * 40;
-    const fields: [string, number][] = [
-      ["requests", req],
-      ["prompt", req * 300],
-      ["completion", req * 120],
-      ["latency_sum", req * latency],
-      [`lat_${bucketOf(latency)}`, req],
-    ];
-    for (const [f, v] of fields) {
-      await add(k.usageRollup("hour", "tenant", id, b, f), v);
-      const ak = `${b}|${f}`;
-      all.set(ak, (all.get(ak) ?? 0) + v);
-    }
+    const fields: Record<string, number> = {
+      requests: req,
+      prompt: req * 300,
+      completion: req * 120,
+      latency_sum: req * latency,
+      [`lat_${bucketOf(latency)}`]: req,
+    };
+    await add(k.usageRollup("hour", "tenant", id, b, "seed"), fields);
+    const sum = all.get(b) ?? {};
+    for (const [f, v] of Object.entries(fields)) sum[f] = (sum[f] ?? 0) + v;
+    all.set(b, sum);
     tokens += req * 420;
     requests += req;
   }
-  await add(k.usageMonth(month, "tenant", id, "requests"), requests);
-  await add(k.usageMonth(month, "tenant", id, "tokens"), tokens);
+  await add(k.usageMonth(month, "tenant", id, "seed"), { requests, tokens });
 }
-for (const [ak, v] of all) {
-  const [b, f] = ak.split("|") as [string, string];
-  await add(k.usageRollup("hour", "all", "*", b, f), v);
+for (const [b, fields] of all) {
+  await add(k.usageRollup("hour", "all", "*", b, "seed"), fields);
 }
 await op.commit();
 console.log(`seeded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);

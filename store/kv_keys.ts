@@ -78,14 +78,15 @@ export const k = {
   usageRecord: (tenantId: string, id: string) =>
     ["usage", tenantId, id] as const,
   usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
+  /** A rollup group's totals written by one writer (`shard`; store/usage.ts). */
   usageRollup: (
     granularity: "hour" | "day",
     dimension: UsageDimension,
     subject: string,
     bucket: string,
-    field: string,
+    shard: string,
   ) =>
-    ["usage_rollup", granularity, dimension, subject, bucket, field] as const,
+    ["usage_rollup", granularity, dimension, subject, bucket, shard] as const,
   usageRollupPrefix: (
     granularity: "hour" | "day",
     dimension: UsageDimension,
@@ -93,14 +94,15 @@ export const k = {
   ) => ["usage_rollup", granularity, dimension, subject] as const,
   /**
    * Month rollups read across subjects (month first): tenant totals for top
-   * tenants, tenant × model tokens and node × tenant busy time for statements.
+   * tenants, tenant × model tokens and node × tenant busy time for statements;
+   * one value per group and writer (`shard`), like `usageRollup`.
    */
   usageMonth: (
     month: string,
     dimension: UsageMonthDimension,
     subject: string,
-    field: string,
-  ) => ["usage_month", month, dimension, subject, field] as const,
+    shard: string,
+  ) => ["usage_month", month, dimension, subject, shard] as const,
   usageMonthPrefix: (month: string, dimension: UsageMonthDimension) =>
     ["usage_month", month, dimension] as const,
 };

@@ -5,6 +5,7 @@
  * overall and per tenant, for statements.
  */
 import { k } from "./kv_keys.ts";
+import { rollupFields } from "./usage.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
 import type { Store } from "./store.ts";
 import type { Tenant } from "./tenants.ts";
@@ -25,8 +26,6 @@ export interface ModelMonthTotals {
   completion: number;
 }
 
-const u64 = (v: unknown) => v instanceof Deno.KvU64 ? Number(v.value) : 0;
-
 /** `YYYY-MM` of a time (UTC). */
 export function monthOf(ms: number): string {
   return new Date(ms).toISOString().slice(0, 7);
@@ -39,17 +38,16 @@ export async function tenantMonthTotals(
 ): Promise<TenantMonthTotals[]> {
   const byTenant = new Map<string, TenantMonthTotals>();
   const prefix = k.usageMonthPrefix(month, "tenant");
-  const it = store.kv.list<Deno.KvU64>({ prefix }, { batchSize: 1000 });
+  const it = store.kv.list({ prefix }, { batchSize: 1000 });
   for await (const e of it) {
     const id = e.key[prefix.length] as string;
-    const f = e.key[prefix.length + 1] as string;
     let t = byTenant.get(id);
     if (!t) {
       t = { tenantId: id, requests: 0, tokens: 0, errors: 0 };
       byTenant.set(id, t);
     }
-    if (f === "requests" || f === "tokens" || f === "errors") {
-      t[f] += u64(e.value);
+    for (const [f, v] of rollupFields(e)) {
+      if (f === "requests" || f === "tokens" || f === "errors") t[f] += v;
     }
   }
   return [...byTenant.values()];
@@ -98,20 +96,19 @@ export async function tenantModelMonth(
 ): Promise<ModelMonthTotals[]> {
   const prefix = k.usageMonthPrefix(month, "tenant_model");
   const byModel = new Map<string, ModelMonthTotals>();
-  const it = store.kv.list<Deno.KvU64>({
+  const it = store.kv.list({
     start: [...prefix, `${tenantId}/`],
     end: [...prefix, `${tenantId}/\uffff`],
   });
   for await (const e of it) {
     const model = (e.key[prefix.length] as string).slice(tenantId.length + 1);
-    const f = e.key[prefix.length + 1] as string;
     let m = byModel.get(model);
     if (!m) {
       m = { model, requests: 0, prompt: 0, completion: 0 };
       byModel.set(model, m);
     }
-    if (f === "requests" || f === "prompt" || f === "completion") {
-      m[f] += u64(e.value);
+    for (const [f, v] of rollupFields(e)) {
+      if (f === "requests" || f === "prompt" || f === "completion") m[f] += v;
     }
   }
   return [...byModel.values()].sort((a, b) => a.model.localeCompare(b.model));
@@ -130,24 +127,23 @@ export async function nodeBusyMonth(
   tenantId: string,
   month: string,
 ): Promise<NodeBusy[]> {
-  const out: NodeBusy[] = [];
+  const byNode = new Map<string, NodeBusy>();
+  const busy = (e: Deno.KvEntry<unknown>) =>
+    rollupFields(e).reduce((a, [f, v]) => f === "busy_ms" ? a + v : a, 0);
   const prefix = k.usageMonthPrefix(month, "node");
-  for await (const e of store.kv.list<Deno.KvU64>({ prefix })) {
-    if (e.key[prefix.length + 1] !== "busy_ms") continue;
-    out.push({
-      nodeId: e.key[prefix.length] as string,
-      busyMs: u64(e.value),
-      tenantBusyMs: 0,
-    });
+  for await (const e of store.kv.list({ prefix })) {
+    const nodeId = e.key[prefix.length] as string;
+    let n = byNode.get(nodeId);
+    if (!n) {
+      n = { nodeId, busyMs: 0, tenantBusyMs: 0 };
+      byNode.set(nodeId, n);
+    }
+    n.busyMs += busy(e);
   }
-  for (let i = 0; i < out.length; i += 10) {
-    const part = out.slice(i, i + 10);
-    const vals = await store.kv.getMany<Deno.KvU64[]>(
-      part.map((n) =>
-        k.usageMonth(month, "node_tenant", `${n.nodeId}/${tenantId}`, "busy_ms")
-      ),
-    );
-    part.forEach((n, j) => n.tenantBusyMs = u64(vals[j]?.value));
+  const pt = k.usageMonthPrefix(month, "node_tenant");
+  for (const n of byNode.values()) {
+    const it = store.kv.list({ prefix: [...pt, `${n.nodeId}/${tenantId}`] });
+    for await (const e of it) n.tenantBusyMs += busy(e);
   }
-  return out;
+  return [...byNode.values()];
 }

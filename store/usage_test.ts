@@ -5,10 +5,13 @@ import {
   listUsageRecords,
   percentile,
   type UsageRecord,
+  UsageRollups,
   usageSeries,
   usageTotals,
   writeUsage,
 } from "./usage.ts";
+import { k } from "./kv_keys.ts";
+import { nodeBusyMonth, tenantMonthTotals } from "./usage_month.ts";
 
 const rec = (over: Partial<UsageRecord>): UsageRecord => ({
   id: crypto.randomUUID(),
@@ -70,4 +73,98 @@ Deno.test("percentile() returns the bucket bound holding the quantile", () => {
   assert.equal(percentile([0, 0, 0], 0.5), null);
   assert.equal(percentile([1, 1, 0, 2], 0.5), 50);
   assert.equal(percentile([1, 1, 0, 2], 0.99), 250);
+});
+
+const HOURS = {
+  granularity: "hour" as const,
+  from: Date.parse("2026-11-22T10:00Z"),
+  to: Date.parse("2026-11-22T10:00Z"),
+};
+
+Deno.test("rollups are one value per group and writer; two gateways' writers both count", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const now = Date.now();
+  const at = new Date(now).toISOString();
+  const month = at.slice(0, 7);
+  const a = new UsageRollups();
+  const b = new UsageRollups();
+  await a.write(store, [rec({ at }), rec({ at })]);
+  await b.write(store, [rec({ at })]);
+  await a.write(store, [rec({ at, promptTokens: 1 })]);
+  const q = { granularity: "hour" as const, from: now, to: now };
+  const t = await usageTotals(store, { ...q, tenantId: "ta" });
+  assert.equal(t.requests, 4);
+  assert.equal(t.promptTokens, 31);
+  let shards = 0;
+  const prefix = k.usageRollupPrefix("hour", "tenant", "ta");
+  for await (const _ of kv.list({ prefix })) shards++;
+  assert.equal(shards, 2, "one shard per writer, rewritten in place");
+  assert.deepEqual(await tenantMonthTotals(store, month), [{
+    tenantId: "ta",
+    requests: 4,
+    tokens: 4 * 15 - 9,
+    errors: 0,
+  }]);
+  const [busy] = await nodeBusyMonth(store, "ta", month);
+  assert.deepEqual(busy, { nodeId: "n1", busyMs: 480, tenantBusyMs: 480 });
+  kv.close();
+});
+
+Deno.test("a batch retried after a failed commit is counted once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  await acc.write(store, [rec({})]);
+  const atomic = kv.atomic.bind(kv);
+  let fail = true;
+  kv.atomic = () => {
+    const op = atomic();
+    const commit = op.commit.bind(op);
+    op.commit = () => {
+      if (fail) {
+        fail = false;
+        return Promise.reject(new Error("KV went away"));
+      }
+      return commit();
+    };
+    return op;
+  };
+  const batch = [rec({}), rec({ tenantId: "tb" })];
+  await assert.rejects(acc.write(store, batch), /KV went away/);
+  await acc.write(store, batch);
+  assert.equal(
+    (await usageTotals(store, { ...HOURS, tenantId: "ta" })).requests,
+    2,
+  );
+  assert.equal((await usageTotals(store, HOURS)).requests, 3);
+  kv.close();
+});
+
+Deno.test("late records of a group no longer in memory start a new shard; legacy counters still count", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  const shards = async (g: "hour" | "day") => {
+    let n = 0;
+    const prefix = k.usageRollupPrefix(g, "tenant", "ta");
+    for await (const _ of kv.list({ prefix })) n++;
+    return n;
+  };
+  // 2026-11-22T10: an hour closed long ago leaves memory at once, its day
+  // only two days after it ends.
+  await acc.write(store, [rec({})]);
+  await acc.write(store, [rec({})]);
+  const dayOpen = Date.now() < Date.parse("2026-11-25T00:00Z");
+  assert.equal(await shards("hour"), 2);
+  assert.equal(await shards("day"), dayOpen ? 1 : 2);
+  // An earlier version wrote one KvU64 per field.
+  await kv.set(
+    k.usageRollup("hour", "tenant", "ta", "2026-11-22T10", "requests"),
+    new Deno.KvU64(5n),
+  );
+  const t = await usageTotals(store, { ...HOURS, tenantId: "ta" });
+  assert.equal(t.requests, 7);
+  assert.equal(t.promptTokens, 20);
+  kv.close();
 });
