@@ -56,11 +56,11 @@ export class OpenAISink implements StreamSink {
 }
 
 /** Turns any failure into the client's error response, settling and metering first. */
-export async function fail(
+export function fail(
   ex: Exchange,
   e: unknown,
   render?: (e: OpenAIError) => Response,
-): Promise<Response> {
+): Response {
   let err: OpenAIError;
   if (e instanceof OpenAIError) err = e;
   else if (e instanceof DOMException && e.name === "AbortError") {
