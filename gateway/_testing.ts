@@ -469,3 +469,12 @@ export async function readSSE(
   }
   return { data, comments, raw };
 }
+
+/**
+ * Waits until at least `ms` remain in the current UTC minute, so a test of a
+ * per-minute window does not straddle two windows (each with its own limit).
+ */
+export async function awayFromMinuteEdge(ms = 5000): Promise<void> {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < ms) await new Promise((r) => setTimeout(r, left + 50));
+}

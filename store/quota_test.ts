@@ -11,6 +11,7 @@ import {
 } from "./quota.ts";
 import { createStore } from "./store.ts";
 import { UNLIMITED } from "./limits.ts";
+import { awayFromMinuteEdge } from "../gateway/_testing.ts";
 
 const req = (
   plan: ReturnType<typeof limitPlan>,
@@ -25,6 +26,7 @@ const req = (
 });
 
 Deno.test("Admitter.admit() admits exactly 100 of 500 concurrent requests against rpm 100", async () => {
+  await awayFromMinuteEdge();
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const plan = limitPlan("t1", "k1", { ...UNLIMITED, rpm: 100 }, null);
@@ -156,6 +158,7 @@ function countCommits(kv: Deno.Kv): { commits: number } {
 }
 
 Deno.test("Admitter.admit() admits many tenants in shared commits and stays exact per tenant", async () => {
+  await awayFromMinuteEdge();
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const seen = countCommits(kv);

@@ -1,6 +1,10 @@
 /** The gateway's OpenAI surface against a scripted upstream: shapes, auth, scopes, models, headers. */
 import assert from "node:assert/strict";
-import { createWorld, readSSE } from "../gateway/_testing.ts";
+import {
+  awayFromMinuteEdge,
+  createWorld,
+  readSSE,
+} from "../gateway/_testing.ts";
 import { revokeApiKey } from "../store/api_keys.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createTenant, updateTenant } from "../store/tenants.ts";
@@ -262,6 +266,7 @@ Deno.test("a suspended tenant gets 403 and another tenant's keys see only their 
 });
 
 Deno.test("sequential requests see x-ratelimit-remaining-requests drop by exactly one", async () => {
+  await awayFromMinuteEdge();
   const w = await createWorld({ limits: { rpm: 1000, tpm: 1_000_000 } });
   try {
     const seen: number[] = [];
@@ -285,6 +290,7 @@ Deno.test("sequential requests see x-ratelimit-remaining-requests drop by exactl
 });
 
 Deno.test("an exhausted daily quota is 429 insufficient_quota with x-should-retry: false; rpm is rate_limit_exceeded", async () => {
+  await awayFromMinuteEdge();
   const w = await createWorld({ limits: { tokensPerDay: 100 } });
   try {
     const r = await w.post("/v1/chat/completions", chat({ max_tokens: 500 }));

@@ -1,9 +1,10 @@
 /** Exactness of admission through the whole gateway under concurrency. */
 import assert from "node:assert/strict";
-import { createWorld } from "../gateway/_testing.ts";
+import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
 import { counterValue, countReservations, windowOf } from "../store/quota.ts";
 
 Deno.test("500 concurrent requests against a 100-request window admit exactly 100", async () => {
+  await awayFromMinuteEdge();
   const w = await createWorld({ limits: { rpm: 100 } });
   try {
     const body = {
@@ -67,6 +68,7 @@ Deno.test("100 concurrent streams against a small daily quota never exceed it an
 });
 
 Deno.test("key limits are tighter than the tenant's and refused requests consume nothing", async () => {
+  await awayFromMinuteEdge();
   const w = await createWorld({ limits: { rpm: 100 } });
   try {
     const tight = await w.newKey({ limits: { rpm: 2 } });
