@@ -246,6 +246,31 @@ async function readCapped(
   timeoutMs: number,
 ): Promise<string> {
   if (!res.body) return "";
+  const declared = Number(res.headers.get("content-length") ?? "NaN");
+  if (declared > max) {
+    res.body.cancel().catch(() => {});
+    throw new OpenAIError(
+      502,
+      "upstream_error",
+      "The node's response is too large",
+    );
+  }
+  if (Number.isSafeInteger(declared) && declared >= 0) {
+    // Framed by its content-length: one native read, under one timer.
+    try {
+      return await withTimeout(
+        res.text(),
+        timeoutMs,
+        () => res.body?.cancel().catch(() => {}),
+      );
+    } catch {
+      throw new OpenAIError(
+        502,
+        "upstream_error",
+        "The node's response broke off",
+      );
+    }
+  }
   const reader = new SSEReaderBytes(res.body);
   return await reader.readAll(max, timeoutMs);
 }
