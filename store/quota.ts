@@ -396,7 +396,7 @@ export class Admitter {
   #rate(pk: string, now: number): number {
     const r = this.#rates.get(pk);
     if (!r) return 0;
-    return Math.max(r.last, (r.count * 1000) / Math.max(250, now - r.since));
+    return Math.max(r.last, (r.count * 1000) / Math.max(1000, now - r.since));
   }
 
   /** Admits from the plan's open lease, when it has room: no KV write. */
