@@ -168,3 +168,118 @@ Deno.test("late records of a group no longer in memory start a new shard; legacy
   assert.equal(t.promptTokens, 20);
   kv.close();
 });
+
+/** Fails the `nth` commit of `kv` (1-based), once. */
+function failCommit(kv: Deno.Kv, nth: number): void {
+  const atomic = kv.atomic.bind(kv);
+  let commits = 0;
+  kv.atomic = () => {
+    const op = atomic();
+    const commit = op.commit.bind(op);
+    op.commit = () =>
+      ++commits === nth ? Promise.reject(new Error("KV went away")) : commit();
+    return op;
+  };
+}
+
+/** How many shards a tenant's hour rollup has. */
+async function tenantShards(kv: Deno.Kv, tenantId: string): Promise<number> {
+  let n = 0;
+  const prefix = k.usageRollupPrefix("hour", "tenant", tenantId);
+  for await (const _ of kv.list({ prefix })) n++;
+  return n;
+}
+
+Deno.test("a batch needing several commits, retried after a later one failed, is counted once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  // 200 tenants: ~2,600 sets, so the first commits land before the third fails.
+  const batch = Array.from(
+    { length: 200 },
+    (_, i) => rec({ tenantId: `t${i}` }),
+  );
+  failCommit(kv, 3);
+  await assert.rejects(acc.write(store, batch), /KV went away/);
+  await acc.write(store, batch);
+  let requests = 0;
+  for (let i = 0; i < 200; i++) {
+    requests += (await usageTotals(store, { ...HOURS, tenantId: `t${i}` }))
+      .requests;
+    assert.equal(await tenantShards(kv, `t${i}`), 1, "the retry reuses shards");
+  }
+  assert.equal(requests, 200);
+  assert.equal((await usageTotals(store, HOURS)).requests, 200);
+  kv.close();
+});
+
+Deno.test("concurrent writeUsage() calls: rollups equal the sum of the records", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const records = Array.from({ length: 300 }, (_, i) =>
+    rec({
+      at: `2026-11-22T${10 + (i % 3)}:${String(i % 60).padStart(2, "0")}:00Z`,
+      tenantId: `t${i % 7}`,
+      keyId: `k${i % 2}`,
+      model: `m${i % 3}`,
+      promptTokens: i,
+      completionTokens: i % 11,
+      latencyMs: (i * 37) % 4000,
+      ttftMs: i % 5 === 0 ? null : i,
+      status: i % 13 === 0 ? 429 : 200,
+      outcome: i % 13 === 0 ? "error" : "ok",
+    }));
+  const writes = [];
+  for (let i = 0; i < records.length; i += 37) {
+    writes.push(writeUsage(store, records.slice(i, i + 37)));
+  }
+  await Promise.all(writes);
+  const q = { ...HOURS, to: Date.parse("2026-11-22T12:00Z") };
+  for (const tenantId of ["t0", "t3", "t6"]) {
+    const mine = records.filter((r) => r.tenantId === tenantId);
+    const t = await usageTotals(store, { ...q, tenantId });
+    assert.equal(t.requests, mine.length);
+    assert.equal(t.promptTokens, mine.reduce((a, r) => a + r.promptTokens, 0));
+    assert.equal(
+      t.completionTokens,
+      mine.reduce((a, r) => a + r.completionTokens, 0),
+    );
+    assert.equal(t.latencyMsSum, mine.reduce((a, r) => a + r.latencyMs, 0));
+    assert.equal(t.ttftCount, mine.filter((r) => r.ttftMs !== null).length);
+    assert.equal(t.errors, mine.filter((r) => r.outcome !== "ok").length);
+    assert.equal(t.limited, mine.filter((r) => r.status === 429).length);
+    assert.equal(t.latencyHistogram.reduce((a, b) => a + b), mine.length);
+  }
+  const day = await usageTotals(store, { ...q, granularity: "day" });
+  assert.equal(day.requests, 300);
+  const byKey = await usageTotals(store, { ...q, tenantId: "t1", keyId: "k1" });
+  assert.equal(
+    byKey.requests,
+    records.filter((r) => r.tenantId === "t1" && r.keyId === "k1").length,
+  );
+  const months = await tenantMonthTotals(store, "2026-11");
+  assert.equal(months.reduce((a, t) => a + t.requests, 0), 300);
+  kv.close();
+});
+
+Deno.test("UsageRollups keeps at most maxGroups in memory; a group recreated later gets a new shard", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups({ maxGroups: 20 });
+  const at = new Date().toISOString();
+  for (let i = 0; i < 10; i++) {
+    await acc.write(store, [rec({ at, tenantId: `t${i}` })]);
+    assert.ok(acc.size <= 20);
+  }
+  await acc.write(store, [rec({ at, tenantId: "t0" })]);
+  assert.equal(await tenantShards(kv, "t0"), 2, "t0's first shard is kept");
+  const now = Date.now();
+  const q = { granularity: "hour" as const, from: now, to: now };
+  assert.equal(
+    (await usageTotals(store, { ...q, tenantId: "t0" })).requests,
+    2,
+  );
+  assert.equal((await usageTotals(store, q)).requests, 11);
+  assert.throws(() => new UsageRollups({ maxGroups: 0 }), /maxGroups/);
+  kv.close();
+});
