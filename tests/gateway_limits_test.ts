@@ -97,3 +97,69 @@ Deno.test("key limits are tighter than the tenant's and refused requests consume
     await w.close();
   }
 });
+
+Deno.test("a busy key's requests are admitted from leases and every counter ends exact", async () => {
+  await awayFromMinuteEdge();
+  const w = await createWorld({
+    limits: { rpm: 100_000, tokensPerDay: 10_000_000, concurrency: 1000 },
+  });
+  try {
+    const body = {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 20,
+    };
+    let commits = 0;
+    const atomic = w.kv.atomic.bind(w.kv);
+    w.kv.atomic = () => {
+      const op = atomic();
+      const commit = op.commit.bind(op);
+      op.commit = () => {
+        commits++;
+        return commit();
+      };
+      return op;
+    };
+    let billed = 0;
+    let lastRemaining = Infinity;
+    for (let wave = 0; wave < 10; wave++) {
+      const rs = await Promise.all(
+        Array.from({ length: 30 }, () => w.post("/v1/chat/completions", body)),
+      );
+      for (const r of rs) {
+        assert.equal(r.status, 200);
+        billed += (await r.json()).usage.total_tokens;
+      }
+      // One at a time, the remaining requests drop by exactly one, lease or not.
+      const r = await w.post("/v1/chat/completions", body);
+      billed += (await r.json()).usage.total_tokens;
+      const remaining = Number(r.headers.get("x-ratelimit-remaining-requests"));
+      assert.ok(remaining < lastRemaining);
+      const again = await w.post("/v1/chat/completions", body);
+      billed += (await again.json()).usage.total_tokens;
+      assert.equal(
+        Number(again.headers.get("x-ratelimit-remaining-requests")),
+        remaining - 1,
+      );
+      lastRemaining = remaining - 1;
+    }
+    await w.gw.idle();
+    // Admissions, lease settlements and usage writes: far fewer than one
+    // commit per request.
+    assert.ok(commits <= 40, `${commits} commits for 320 requests`);
+    const t = `t:${w.tenant.id}`;
+    assert.equal(w.up.requests.length, 320);
+    assert.equal(
+      await counterValue(w.store, t, windowOf("rpm", Date.now())[0]),
+      320,
+    );
+    assert.equal(
+      await counterValue(w.store, t, windowOf("day", Date.now())[0]),
+      billed,
+    );
+    assert.equal(await counterValue(w.store, t, "conc"), 0);
+    assert.equal(await countReservations(w.store), 0);
+  } finally {
+    await w.close();
+  }
+});
