@@ -318,3 +318,36 @@ Deno.test("Admitter leases never over-admit and give back idle capacity before r
   assert.equal(await countReservations(store), 0);
   kv.close();
 });
+
+Deno.test("Admitter leases of two gateways never over-admit a shared window", async () => {
+  await awayFromMinuteEdge();
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 5000,
+    concurrency: 100_000,
+    tokensPerDay: 1_000_000_000,
+  }, null);
+  const a = new Admitter(store);
+  const b = new Admitter(store);
+  const start = Date.now();
+  let admitted = 0;
+  for (let wave = 0; wave < 8; wave++) {
+    const rs = await Promise.all(
+      Array.from({ length: 1000 }, (_, i) => (i % 2 ? a : b).admit(req(plan))),
+    );
+    await Promise.all(rs.map((r, i) => {
+      if (!r.ok) return;
+      admitted++;
+      return (i % 2 ? a : b).settle(r.reservation!, 5);
+    }));
+  }
+  await Promise.all([a.flush(), b.flush()]);
+  assert.ok(admitted <= 5000, `${admitted} admitted against rpm 5000`);
+  assert.ok(admitted >= 4500, `${admitted}: leases left little idle`);
+  assert.equal(await rpmUsed(store, "t:t1", start), admitted);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
