@@ -39,6 +39,8 @@ interface Seq {
   cancelled: boolean;
   /** Most sequences that shared one decode with this one. */
   peak: number;
+  /** Whether any of its text was emitted yet. */
+  sentText: boolean;
 }
 
 const out = Deno.stdout.writable.getWriter();
@@ -49,11 +51,38 @@ function emit(e: ChildEvent) {
   outbox.push(e);
 }
 
+/** Writes the queued events, merging each sequence's consecutive text. */
 function flush(): Promise<void> {
+  urgent = false;
+  lastFlush = performance.now();
   if (!outbox.length) return Promise.resolve();
-  const text = outbox.map((e) => JSON.stringify(e)).join("\n") + "\n";
+  const merged: ChildEvent[] = [];
+  for (const e of outbox) {
+    const prev = merged.at(-1);
+    if (e.ev === "text" && prev?.ev === "text" && prev.id === e.id) {
+      merged[merged.length - 1] = { ...e, text: prev.text + e.text };
+    } else merged.push(e);
+  }
+  const text = merged.map((e) => JSON.stringify(e)).join("\n") + "\n";
   outbox = [];
   return out.write(enc.encode(text)).catch(() => Deno.exit(0));
+}
+
+/**
+ * Between decode steps text goes out at most every STREAM_FLUSH_MS (a
+ * sequence's first text, and every other event, at once): each write wakes
+ * the engine's process, which on a small machine takes a core from
+ * llama.cpp's threads mid-step; a few tokens per write cost nothing a
+ * reader can see.
+ */
+const STREAM_FLUSH_MS = 30;
+let lastFlush = 0;
+let urgent = false;
+function flushBetweenSteps(): void {
+  if (
+    urgent || outbox.some((e) => e.ev !== "text") ||
+    performance.now() - lastFlush >= STREAM_FLUSH_MS
+  ) void flush();
 }
 
 /**
@@ -111,6 +140,10 @@ function release(s: Seq) {
 
 /** Sends text; `tokens` is the sequence's cumulative completion token count. */
 function emitText(s: Seq, text: string) {
+  if (!s.sentText) {
+    s.sentText = true;
+    urgent = true; // time to first token
+  }
   emit({ ev: "text", id: s.id, text, tokens: s.generated });
 }
 
@@ -186,6 +219,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       holdback: Math.max(0, ...p.stop.map((s) => s.length - 1)),
       cancelled: false,
       peak: 0,
+      sentText: false,
     });
     emit({ ev: "started", id: req.id, promptTokens: prompt.length });
   } catch (err) {
@@ -292,7 +326,7 @@ async function pump() {
       continue;
     }
     step();
-    flush(); // the writer queues; not awaited, the next step overlaps it
+    flushBetweenSteps(); // the writer queues; not awaited, the next step overlaps it
     await yieldToEventLoop();
   }
 }
