@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { k } from "./kv_keys.ts";
 import { createStore } from "./store.ts";
+import { usageRecord } from "./_usage_testing.ts";
 import { type UsageRecord, UsageRollups } from "./usage.ts";
 import {
   monthOf,
@@ -9,23 +10,8 @@ import {
   tenantMonthTotals,
 } from "./usage_month.ts";
 
-const rec = (over: Partial<UsageRecord>): UsageRecord => ({
-  id: crypto.randomUUID(),
-  at: "2026-11-22T10:15:00.000Z",
-  requestId: "r",
-  tenantId: "ta",
-  keyId: "ka",
-  model: "m1",
-  nodeId: "n1",
-  endpoint: "chat",
-  promptTokens: 10,
-  completionTokens: 5,
-  latencyMs: 100,
-  ttftMs: 40,
-  status: 200,
-  outcome: "ok",
-  ...over,
-});
+const rec = (over: Partial<UsageRecord> = {}) =>
+  usageRecord({ latencyMs: 100, ...over });
 
 Deno.test("month readers sum every writer's shards and legacy KvU64 counters", async () => {
   const kv = await Deno.openKv(":memory:");

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { createStore } from "./store.ts";
+import { usageRecord } from "./_usage_testing.ts";
 import {
   bucketOf,
   listUsageRecords,
   percentile,
-  type UsageRecord,
   UsageRollups,
   usageSeries,
   usageTotals,
@@ -13,23 +13,7 @@ import {
 import { k } from "./kv_keys.ts";
 import { nodeBusyMonth, tenantMonthTotals } from "./usage_month.ts";
 
-const rec = (over: Partial<UsageRecord>): UsageRecord => ({
-  id: crypto.randomUUID(),
-  at: "2026-11-22T10:15:00.000Z",
-  requestId: "r",
-  tenantId: "ta",
-  keyId: "ka",
-  model: "m1",
-  nodeId: "n1",
-  endpoint: "chat",
-  promptTokens: 10,
-  completionTokens: 5,
-  latencyMs: 120,
-  ttftMs: 40,
-  status: 200,
-  outcome: "ok",
-  ...over,
-});
+const rec = usageRecord;
 
 Deno.test("writeUsage() rolls records up per tenant, key, model and hour; usageSeries() reads them", async () => {
   const kv = await Deno.openKv(":memory:");
