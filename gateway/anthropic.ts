@@ -447,7 +447,6 @@ export async function messages(
     const r = normaliseCompletion(up.json, "chat", m.id);
     ex.firstToken();
     ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
-    ex.settle();
     ex.finish();
     return new Response(JSON.stringify(toMessage(up.json, ex, p.model)), {
       headers: { "content-type": "application/json", ...headers },

@@ -21,11 +21,7 @@ export async function readBody(
     try {
       return new Uint8Array(await req.arrayBuffer());
     } catch {
-      throw new OpenAIError(
-        400,
-        "invalid_body",
-        "Cannot read the request body",
-      );
+      throw unreadable();
     }
   }
   const reader = req.body.getReader();
@@ -44,7 +40,7 @@ export async function readBody(
     }
   } catch (e) {
     if (e instanceof OpenAIError) throw e;
-    throw new OpenAIError(400, "invalid_body", "Cannot read the request body");
+    throw unreadable();
   }
   if (chunks.length === 1) return chunks[0]!;
   const out = new Uint8Array(size);
@@ -55,6 +51,9 @@ export async function readBody(
   }
   return out;
 }
+
+const unreadable = () =>
+  new OpenAIError(400, "invalid_body", "Cannot read the request body");
 
 function tooLarge(maxBytes: number): OpenAIError {
   return new OpenAIError(

@@ -240,7 +240,7 @@ export class Exchange {
    * Settles the reservation to the billed usage, off the client's path (the
    * admitter batches settlements; it lands them before refusing anyone).
    */
-  settle(): void {
+  #settle(): void {
     const r = this.reservation;
     if (!r) return;
     this.reservation = null;
@@ -256,11 +256,11 @@ export class Exchange {
     );
   }
 
-  /** Ends the exchange: settles (if not yet), meters and counts. Idempotent. */
+  /** Ends the exchange: settles, meters and counts. Idempotent. */
   finish(): void {
     if (this.#done) return;
     this.#done = true;
-    this.settle();
+    this.#settle();
     const latencyMs = Math.round(performance.now() - this.t0);
     const ctx = this.ctx;
     this.core.metrics.request(

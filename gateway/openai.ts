@@ -84,7 +84,6 @@ export function fail(
   ex.status = err.status;
   ex.outcome = err.status === 499 ? "cancelled" : "error";
   if (!ex.nodeId) ex.core.metrics.rejected(err.code ?? err.type, err.status);
-  ex.settle();
   ex.finish();
   const res = render ? render(err) : err.toResponse();
   for (const [k, v] of Object.entries(ex.headers)) {
@@ -153,7 +152,6 @@ export async function completions(
     ex.firstToken();
     ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
     up.json.usage = usage(ex);
-    ex.settle();
     ex.finish();
     return json(ex, up.json);
   } catch (e) {
@@ -233,7 +231,6 @@ export async function embeddings(
       0,
     );
     ex.completionTokens = 0;
-    ex.settle();
     ex.finish();
     const u = { prompt_tokens: ex.promptTokens, total_tokens: ex.promptTokens };
     return json(ex, { object: "list", data: out, model: m.id, usage: u });

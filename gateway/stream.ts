@@ -129,7 +129,6 @@ export function relayStream(
       }
       call.reader.cancel();
       call.close();
-      ex.settle();
       send(err ? sink.error(err) : sink.end());
       if (!cancelled) {
         try {

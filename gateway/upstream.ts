@@ -240,6 +240,11 @@ async function readJson(
   return v as Record<string, unknown>;
 }
 
+const responseTooLarge = () =>
+  new OpenAIError(502, "upstream_error", "The node's response is too large");
+const responseBrokeOff = () =>
+  new OpenAIError(502, "upstream_error", "The node's response broke off");
+
 async function readCapped(
   res: Response,
   max: number,
@@ -249,11 +254,7 @@ async function readCapped(
   const declared = Number(res.headers.get("content-length") ?? "NaN");
   if (declared > max) {
     res.body.cancel().catch(() => {});
-    throw new OpenAIError(
-      502,
-      "upstream_error",
-      "The node's response is too large",
-    );
+    throw responseTooLarge();
   }
   if (Number.isSafeInteger(declared) && declared >= 0) {
     // Framed by its content-length: one native read, under one timer.
@@ -264,11 +265,7 @@ async function readCapped(
         () => res.body?.cancel().catch(() => {}),
       );
     } catch {
-      throw new OpenAIError(
-        502,
-        "upstream_error",
-        "The node's response broke off",
-      );
+      throw responseBrokeOff();
     }
   }
   const reader = new SSEReaderBytes(res.body);
@@ -289,22 +286,14 @@ class SSEReaderBytes {
         if (r.done) break;
         size += r.value.byteLength;
         if (size > max) {
-          throw new OpenAIError(
-            502,
-            "upstream_error",
-            "The node's response is too large",
-          );
+          throw responseTooLarge();
         }
         chunks.push(r.value);
       }
     } catch (e) {
       this.#r.cancel().catch(() => {});
       if (e instanceof OpenAIError) throw e;
-      throw new OpenAIError(
-        502,
-        "upstream_error",
-        "The node's response broke off",
-      );
+      throw responseBrokeOff();
     }
     const out = new Uint8Array(size);
     let off = 0;
