@@ -216,40 +216,49 @@ export class Lease {
   reqReleased = 0;
   shrinking: Promise<void> | null = null;
 
-  constructor(
-    readonly planKey: string,
-    readonly signature: string,
-    readonly res: Reservation,
-    readonly stored: StoredReservation,
-    readonly n: number,
-    readonly hasTokens: boolean,
-    readonly reqCounters: [string, string][],
-    readonly openedAt: number,
-    /** The first window end among its counters: the lease closes then. */
-    readonly validUntil: number,
-    /** The quota view right after it was granted. */
-    readonly view: QuotaView,
-  ) {
-    this.tokensReserved = res.tokens;
-    this.unitsHeld = n;
+  readonly planKey!: string;
+  readonly signature!: string;
+  readonly res!: Reservation;
+  readonly stored!: StoredReservation;
+  readonly n!: number;
+  readonly hasTokens!: boolean;
+  readonly reqCounters!: [string, string][];
+  readonly openedAt!: number;
+  /** The first window end among its counters: the lease closes then. */
+  readonly validUntil!: number;
+  /** The quota view right after it was granted. */
+  readonly view!: QuotaView;
+
+  constructor(init: {
+    planKey: string;
+    signature: string;
+    res: Reservation;
+    stored: StoredReservation;
+    n: number;
+    hasTokens: boolean;
+    reqCounters: [string, string][];
+    openedAt: number;
+    validUntil: number;
+    view: QuotaView;
+  }) {
+    Object.assign(this, init);
+    this.tokensReserved = init.res.tokens;
+    this.unitsHeld = init.n;
   }
 }
 
-interface LeaseGrant {
-  planKey: string;
-  signature: string;
-  res: Reservation;
-  stored: StoredReservation;
-  n: number;
-  hasTokens: boolean;
-  reqCounters: [string, string][];
-  validUntil: number;
-  view: QuotaView;
-}
-
 const planKey = (p: LimitPlan) => `${p.tenantId}\u0000${p.keyId}`;
-const signature = (p: LimitPlan) =>
-  p.rules.map((r) => `${r.subject}:${r.kind}:${r.limit}`).join(",");
+
+/** A plan's limits as one string (leases end when they change); memoized per plan object. */
+const signatures = new WeakMap<LimitPlan, string>();
+function signature(p: LimitPlan): string {
+  let sig = signatures.get(p);
+  if (sig === undefined) {
+    sig = p.rules.map((r) => `${r.subject}:${r.kind}:${r.limit}`).join(",");
+    signatures.set(p, sig);
+  }
+  return sig;
+}
 
 /** One quota counter (a window of a subject) as seen by one commit attempt. */
 interface Counter {
@@ -519,24 +528,10 @@ export class Admitter {
     return closed;
   }
 
-  #activate(g: LeaseGrant, now: number): void {
-    const old = this.#leases.get(g.planKey);
+  #activate(l: Lease): void {
+    const old = this.#leases.get(l.planKey);
     if (old) this.#close(old);
-    this.#leases.set(
-      g.planKey,
-      new Lease(
-        g.planKey,
-        g.signature,
-        g.res,
-        g.stored,
-        g.n,
-        g.hasTokens,
-        g.reqCounters,
-        now,
-        g.validUntil,
-        g.view,
-      ),
-    );
+    this.#leases.set(l.planKey, l);
     if (this.#sweep === undefined) {
       const sweep = setInterval(() => {
         const t = Date.now();
@@ -706,9 +701,9 @@ export class Admitter {
             a.reservation.versionstamp = res.versionstamp;
           }
         }
-        for (const g of out.leases) {
-          g.res.versionstamp = res.versionstamp;
-          this.#activate(g, now);
+        for (const l of out.leases) {
+          l.res.versionstamp = res.versionstamp;
+          this.#activate(l);
         }
         return out.admissions;
       }
@@ -735,7 +730,7 @@ export class Admitter {
   #decideAll(reqs: AdmissionRequest[], per: Counter[][], now: number) {
     const op = this.#store.kv.atomic();
     const admissions: Admission[] = [];
-    const leases: LeaseGrant[] = [];
+    const leases: Lease[] = [];
     let admitted = 0;
     reqs.forEach((req, i) => {
       const a = this.#decide(req, per[i]!, now, op);
@@ -743,16 +738,17 @@ export class Admitter {
       if (!a.ok) return;
       admitted++;
       const pk = planKey(req.plan);
-      if (!leases.some((g) => g.planKey === pk)) {
-        const g = this.#grantLease(pk, req, per[i]!, now, op);
-        if (g) leases.push(g);
+      if (!leases.some((l) => l.planKey === pk)) {
+        const l = this.#grantLease(pk, req, per[i]!, now, op);
+        if (l) leases.push(l);
       }
     });
     return { admissions, admitted, op, leases };
   }
 
   /**
-   * Adds a lease for a busy plan to the commit: as many requests as it
+   * Adds a lease for a busy plan to the commit (it opens once the commit
+   * lands): as many requests as it
    * makes in `leaseMs` (at most `maxLease`; see LEASE_SHARE and
    * LEASE_MIN_ROOM).
    */
@@ -762,7 +758,7 @@ export class Admitter {
     cs: Counter[],
     now: number,
     op: Deno.AtomicOperation,
-  ): LeaseGrant | null {
+  ): Lease | null {
     if (this.#leaseMs <= 0 || this.#leases.has(pk)) return null;
     const rules = req.plan.rules;
     let n = Math.min(
@@ -809,7 +805,7 @@ export class Admitter {
       concCounters,
     };
     op.set(k.reservation(id), stored, { expireIn: req.ttlMs + 7 * DAY });
-    return {
+    return new Lease({
       planKey: pk,
       signature: signature(req.plan),
       res: { id, versionstamp: "", tokens, tokenCounters, concCounters },
@@ -817,9 +813,10 @@ export class Admitter {
       n,
       hasTokens,
       reqCounters,
+      openedAt: now,
       validUntil,
       view: viewOf(rules, cs, now),
-    };
+    });
   }
 
   /** Decides one request against the running counters, adding its reservation to `op`. */
@@ -1046,16 +1043,10 @@ export class Admitter {
 
 /** What settling `r` at `actual` adds to each release counter: `[cacheId, key, n]`. */
 function releases(r: Reservation, actual: number): Release[] {
-  const out: Release[] = [];
   const used = Math.max(0, Math.min(r.tokens, Math.ceil(actual)));
-  if (used !== r.tokens) {
-    for (const [s, w] of r.tokenCounters) {
-      out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), r.tokens - used]);
-    }
-  }
-  for (const [s, w] of r.concCounters) {
-    out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), 1]);
-  }
+  const out: Release[] = [];
+  releaseTo(out, r.tokenCounters, r.tokens - used);
+  releaseTo(out, r.concCounters, 1);
   return out;
 }
 
@@ -1067,16 +1058,22 @@ function leaseReleases(
   requests: number,
 ): Release[] {
   const out: Release[] = [];
-  const add = (counters: [string, string][], n: number) => {
-    if (n <= 0) return;
-    for (const [s, w] of counters) {
-      out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), n]);
-    }
-  };
-  add(l.res.tokenCounters, tokens);
-  add(l.res.concCounters, units);
-  add(l.reqCounters, requests);
+  releaseTo(out, l.res.tokenCounters, tokens);
+  releaseTo(out, l.res.concCounters, units);
+  releaseTo(out, l.reqCounters, requests);
   return out;
+}
+
+/** Adds `n` (when positive) to the release counter of each `[subject, window]`. */
+function releaseTo(
+  out: Release[],
+  counters: [string, string][],
+  n: number,
+): void {
+  if (n <= 0) return;
+  for (const [s, w] of counters) {
+    out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), n]);
+  }
 }
 
 /** A lease's view: the one at its grant plus what it has not used yet. */
