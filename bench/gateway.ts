@@ -10,6 +10,7 @@
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
+import { parseArgs } from "node:util";
 import { testConfig } from "../config.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
 import { createApiKey } from "../store/api_keys.ts";
@@ -20,13 +21,15 @@ import { createTenant } from "../store/tenants.ts";
 import { silentLogger } from "../gateway/logger.ts";
 import { createGateway } from "../gateway/mod.ts";
 
-const role = Deno.args[0] && !Deno.args[0].startsWith("--")
-  ? Deno.args[0]
-  : "main";
+const { values, positionals } = parseArgs({
+  args: Deno.args,
+  allowPositionals: true,
+  options: { scenario: { type: "string" } },
+});
+/** A child's role (`upstream`, `floor`, `gateway` + its arguments), else the main run. */
+const role = positionals[0] ?? "main";
 /** `--scenario 1` or `--scenario 10k` runs one of the two (default both). */
-const only = Deno.args.includes("--scenario")
-  ? Deno.args[Deno.args.indexOf("--scenario") + 1]
-  : null;
+const only = values.scenario ?? null;
 const CHAT = JSON.stringify({
   id: "chatcmpl-1",
   object: "chat.completion",
