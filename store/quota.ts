@@ -11,13 +11,13 @@
  * commits racing, so a hot key does not collapse under retries.
  * Settlements are batched likewise, after the response.
  *
- * A busy (tenant, key) gets a lease: one commit prepays the requests it
- * will make in the next second (every counter of its plan raised by n
- * requests' worth, under one reservation record), and requests admitted
- * from it touch no KV at all; the lease settles once, giving back what it
- * did not use. Leases take at most a tenth of any window's remaining
- * capacity and none is granted near a limit, so admission stays exact
- * there, one commit per request; a refusal first closes the tenant's
+ * A (tenant, key) in steady use gets a lease: one commit prepays the n
+ * requests it made over the last 10 s, for the next 10 s (every counter of
+ * its plan raised by n requests' worth, under one reservation record), and
+ * requests admitted from it touch no KV at all; the lease settles once,
+ * giving back what it did not use. Leases take at most a tenth of any
+ * window's remaining capacity and none is granted near a limit, so
+ * admission stays exact there, one commit per request; a refusal first closes the tenant's
  * leases and gives back their idle capacity.
  *
  * Each window has two counters: `A` (admitted, only ever `set` by admission
@@ -293,7 +293,11 @@ export interface AdmitterOptions {
   maxInFlight?: number;
   /** How long a settlement may wait to share its commit with others (default 20 ms). */
   settleDelayMs?: number;
-  /** How long a lease admits requests (default 1000 ms; 0 turns leases off). */
+  /**
+   * How long a lease admits requests, and the span its size is predicted
+   * over (default 10 s; 0 turns leases off). Longer amortizes the commits
+   * of quieter keys; a lease's unused capacity shows as used meanwhile.
+   */
   leaseMs?: number;
   /** Most requests one lease prepays (default 256). */
   maxLease?: number;
@@ -362,7 +366,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
-    this.#leaseMs = opts.leaseMs ?? 1000;
+    this.#leaseMs = opts.leaseMs ?? 10_000;
     this.#maxLease = opts.maxLease ?? 256;
   }
 
@@ -388,24 +392,40 @@ export class Admitter {
 
   /** Counts an admission attempt of a plan (for lease sizing). */
   #countRate(pk: string, now: number): void {
+    const span = this.#horizon();
     let r = this.#rates.get(pk);
     if (!r) {
       if (this.#rates.size >= 100_000) this.#rates.clear();
       r = { count: 0, since: now, last: 0 };
       this.#rates.set(pk, r);
-    } else if (now - r.since >= 1000) {
-      r.last = now - r.since < 2000 ? (r.count * 1000) / (now - r.since) : 0;
+    } else if (now - r.since >= span) {
+      // A new period; the one before counts only if it just ended.
+      r.last = now - r.since < 2 * span ? r.count : 0;
       r.count = 0;
-      r.since = now;
+      r.since = now - ((now - r.since) % span);
     }
     r.count++;
   }
 
-  /** Requests per second of a plan, recently. */
-  #rate(pk: string, now: number): number {
+  /** The period the request rate is counted over: the lease horizon, at least 1 s. */
+  #horizon(): number {
+    return Math.max(1000, this.#leaseMs);
+  }
+
+  /**
+   * Requests a plan is expected to make in the next lease horizon: the
+   * count over the last horizon (the current period plus the part of the
+   * one before it that the horizon still covers), so a key making one
+   * request a second gets a lease of ten over ten seconds, and a key seen
+   * once none.
+   */
+  #expected(pk: string, now: number): number {
     const r = this.#rates.get(pk);
     if (!r) return 0;
-    return Math.max(r.last, (r.count * 1000) / Math.max(1000, now - r.since));
+    const span = this.#horizon();
+    const into = Math.min(1, (now - r.since) / span);
+    const expected = r.count + r.last * (1 - into);
+    return (expected * this.#leaseMs) / span;
   }
 
   /** Admits from the plan's open lease, when it has room: no KV write. */
@@ -540,7 +560,7 @@ export class Admitter {
             this.#close(l);
           }
         }
-      }, this.#leaseMs);
+      }, Math.min(this.#leaseMs, 1000));
       this.#sweep = sweep;
       Deno.unrefTimer(sweep);
     }
@@ -763,7 +783,7 @@ export class Admitter {
     const rules = req.plan.rules;
     let n = Math.min(
       this.#maxLease,
-      Math.floor((this.#rate(pk, now) * this.#leaseMs) / 1000),
+      Math.floor(this.#expected(pk, now)),
     );
     for (let i = 0; i < rules.length && n >= 2; i++) {
       const r = rules[i]!;
