@@ -107,35 +107,39 @@ const SWEEP_MS = 60_000;
 
 /** A rollup group held in memory by its writer. */
 interface Group {
-  /** Key part unique forever: `<writer>.<seq>`. */
-  readonly shard: string;
-  /** Totals known written (empty until the first write lands). */
+  /** `granularity|dimension|subject|bucket`: sorts as the keys do. */
+  readonly id: string;
+  readonly key: Deno.KvKey;
+  /** Every record folded in so far: what its KV value will hold. */
   f: RollupFields;
+  /** Bumped by each fold; a write clears `dirty` only if none came since. */
+  version: number;
+  /** Holds records not written yet (never evicted then). */
+  dirty: boolean;
   /** When the group may leave memory (epoch ms). */
   readonly end: number;
-  /**
-   * A write of it failed: KV may hold more than `f` (a batch needs several
-   * commits), so it keeps its shard until written (only the cap evicts it)
-   * and a retry overwrites rather than adds.
-   */
-  unsure: boolean;
 }
 
 /** Options of a UsageRollups accumulator. */
 export interface UsageRollupsOptions {
-  /** Most groups kept in memory; the oldest created leave first (default 200,000). */
+  /** Most clean groups kept in memory; the oldest created leave first (default 200,000). */
   maxGroups?: number;
 }
 
 /**
- * A writer's rollups. Each group (granularity, dimension, subject, bucket)
- * is ONE KV value per writer, its absolute totals under a shard id unique
- * forever (`<writer>.<seq>`): writing is a blind `set` (one mutation per
- * group instead of one `sum` per field), idempotent when a failed batch is
+ * A writer's usage: records are written as they come (`add`), and folded
+ * into rollup groups held in memory, written by `writeRollups` (the gateway
+ * does it every few seconds, so a group busy in that time costs one write).
+ * Each group (granularity, dimension, subject, bucket) is ONE KV value per
+ * writer, its absolute totals under a shard id unique forever
+ * (`<writer>.<seq>`): writing is a blind `set` (one mutation per group
+ * instead of one `sum` per field), idempotent when a failed write is
  * retried, and never contended by other gateway instances, which write
- * their own shards. Readers sum the shards. Groups leave memory some time
- * after their bucket ends (or when over `maxGroups`); a later record starts
- * a new shard, so nothing is ever overwritten.
+ * their own shards. Readers sum the shards. Records are folded once, after
+ * they landed; a failed rollup write leaves its groups dirty for the next.
+ * Clean groups leave memory some time after their bucket ends (or when
+ * over `maxGroups`); a later record starts a new shard, so nothing is ever
+ * overwritten.
  */
 export class UsageRollups {
   readonly #writer = crypto.randomUUID().slice(0, 8);
@@ -143,6 +147,7 @@ export class UsageRollups {
   #seq = 0;
   /** In creation order (the order groups leave when over the cap). */
   readonly #groups = new Map<string, Group>();
+  readonly #dirty = new Set<Group>();
   #nextSweep = 0;
   #chain: Promise<void> = Promise.resolve();
 
@@ -161,69 +166,92 @@ export class UsageRollups {
     return this.#groups.size;
   }
 
-  /** Writes records and their rollups; calls are serialized. */
-  write(store: Store, records: UsageRecord[]): Promise<void> {
-    const p = this.#chain.then(() => this.#write(store, records));
-    this.#chain = p.catch(() => {});
-    return p;
+  /** Groups holding records not written yet. */
+  get pending(): number {
+    return this.#dirty.size;
   }
 
-  async #write(store: Store, records: UsageRecord[]): Promise<void> {
-    if (records.length === 0) return;
-    // New totals are kept aside until every commit landed: a retried batch
-    // writes the same totals again, under the same shards.
-    const sets: { id: string; key: Deno.KvKey; f: RollupFields; g: Group }[] =
-      [];
-    for (const [id, d] of deltas(records)) {
-      const g = this.#group(id, d.end);
-      const f: RollupFields = { ...g.f };
-      for (const name in d.f) f[name] = (f[name] ?? 0) + d.f[name]!;
-      sets.push({ id, key: d.key(g.shard), f, g });
-    }
-    // Keys in order: each commit then touches fewer SQLite pages (~25% less CPU).
-    sets.sort((a, b) => a.id < b.id ? -1 : 1);
-    const recs = records.toSorted(byKey);
-    try {
-      await commitAll(store.kv, [
-        ...recs.map((r): KvSet => [
+  /**
+   * Writes records, then folds them into the rollups in memory (once: a
+   * rejected call folded nothing, and may be retried with the same records).
+   * Calls are serialized with each other and with `writeRollups`.
+   */
+  add(store: Store, records: UsageRecord[]): Promise<void> {
+    return this.#serial(async () => {
+      if (records.length === 0) return;
+      await commitAll(
+        store.kv,
+        records.toSorted(byKey).map((r): KvSet => [
           k.usageRecord(r.tenantId, r.id),
           r,
           { expireIn: USAGE_RECORD_TTL_MS },
         ]),
-        ...sets.map((s): KvSet => [s.key, s.f]),
-      ]);
-    } catch (e) {
-      for (const s of sets) s.g.unsure = true;
-      throw e;
-    }
-    for (const s of sets) {
-      s.g.f = s.f;
-      s.g.unsure = false;
-    }
-    this.#evict(Date.now());
+      );
+      this.#fold(records);
+    });
   }
 
-  /** The group `id` in memory, created with a new shard if absent. */
-  #group(id: string, end: number): Group {
-    let g = this.#groups.get(id);
-    if (!g) {
-      const shard = `${this.#writer}.${(this.#seq++).toString(36)}`;
-      g = { shard, f: {}, end, unsure: false };
-      this.#groups.set(id, g);
+  /** Writes every group holding records not written yet (all, or none left dirty on failure). */
+  writeRollups(store: Store): Promise<void> {
+    return this.#serial(async () => {
+      // Keys in order: each commit then touches fewer SQLite pages (~25% less CPU).
+      const groups = [...this.#dirty].sort((a, b) => a.id < b.id ? -1 : 1);
+      const versions = groups.map((g) => g.version);
+      await commitAll(store.kv, groups.map((g): KvSet => [g.key, { ...g.f }]));
+      groups.forEach((g, i) => {
+        if (g.version === versions[i]) {
+          g.dirty = false;
+          this.#dirty.delete(g);
+        }
+      });
+      this.#evict(Date.now());
+    });
+  }
+
+  /** Writes records and every rollup at once (`add` then `writeRollups`). */
+  async write(store: Store, records: UsageRecord[]): Promise<void> {
+    await this.add(store, records);
+    await this.writeRollups(store);
+  }
+
+  #serial(f: () => Promise<void>): Promise<void> {
+    const p = this.#chain.then(f);
+    this.#chain = p.catch(() => {});
+    return p;
+  }
+
+  #fold(records: UsageRecord[]): void {
+    for (const [id, d] of deltas(records)) {
+      let g = this.#groups.get(id);
+      if (!g) {
+        g = {
+          id,
+          key: d.key(`${this.#writer}.${(this.#seq++).toString(36)}`),
+          f: {},
+          version: 0,
+          dirty: false,
+          end: d.end,
+        };
+        this.#groups.set(id, g);
+      }
+      for (const name in d.f) g.f[name] = (g.f[name] ?? 0) + d.f[name]!;
+      g.version++;
+      g.dirty = true;
+      this.#dirty.add(g);
     }
-    return g;
   }
 
   #evict(now: number): void {
     if (now >= this.#nextSweep) {
       this.#nextSweep = now + SWEEP_MS;
       for (const [id, g] of this.#groups) {
-        if (g.end < now && !g.unsure) this.#groups.delete(id);
+        if (g.end < now && !g.dirty) this.#groups.delete(id);
       }
     }
-    for (const id of this.#groups.keys()) {
+    if (this.#groups.size <= this.#maxGroups) return;
+    for (const [id, g] of this.#groups) {
       if (this.#groups.size <= this.#maxGroups) break;
-      this.#groups.delete(id);
+      if (!g.dirty) this.#groups.delete(id);
     }
   }
 }
@@ -261,7 +289,7 @@ export function rollupsOf(store: Store): UsageRollups {
   return acc;
 }
 
-/** Writes records and adds them to every rollup (one value per group and writer). */
+/** Writes records and every rollup at once (one value per group and writer). */
 export function writeUsage(
   store: Store,
   records: UsageRecord[],
