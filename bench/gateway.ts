@@ -234,6 +234,9 @@ async function scenario(label: string, targets: Target[]) {
   for (const t of targets) {
     for (let i = 0; i < Math.max(200, t.keys.length); i++) await once(t);
   }
+  // Then a steady state: every key busy for a while (rates known, leases
+  // sized from them, JIT warm), as in a gateway that has been up for minutes.
+  for (const t of targets) await throughput(t, 5, 32);
   const tp: Record<string, Awaited<ReturnType<typeof throughput>>> = {};
   for (const t of targets) tp[t.name] = await throughput(t, 2, 32);
   const fr: Record<string, Awaited<ReturnType<typeof fixedRate>>> = {};
