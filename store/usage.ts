@@ -91,11 +91,6 @@ const MAX_MUTATIONS = 100;
  */
 export type RollupFields = Record<string, number>;
 
-type Delta = Map<
-  string,
-  { key: (shard: string) => Deno.KvKey; f: RollupFields; end: number }
->;
-
 /** How long after its bucket ends a group stays in memory (late records). */
 const KEEP_MS = {
   hour: 3 * 3_600_000,
@@ -118,6 +113,19 @@ interface Group {
   dirty: boolean;
   /** When the group may leave memory (epoch ms). */
   readonly end: number;
+  /** Left memory: a later record starts a new group (and shard). */
+  gone: boolean;
+}
+
+/** The groups one kind of record adds to: its hour, day and month groups. */
+interface RecordGroups {
+  /** Hour and day groups (every field of the record). */
+  time: Group[];
+  /** Month groups: tenant, tenant × model, node and node × tenant. */
+  tenant: Group;
+  tenantModel: Group;
+  node: Group | null;
+  nodeTenant: Group | null;
 }
 
 /** Options of a UsageRollups accumulator. */
@@ -148,6 +156,8 @@ export class UsageRollups {
   /** In creation order (the order groups leave when over the cap). */
   readonly #groups = new Map<string, Group>();
   readonly #dirty = new Set<Group>();
+  /** A record's groups by (tenant, key, model, node, hour). */
+  readonly #byRecord = new Map<string, RecordGroups>();
   #nextSweep = 0;
   #chain: Promise<void> = Promise.resolve();
 
@@ -220,39 +230,144 @@ export class UsageRollups {
     return p;
   }
 
+  /**
+   * Adds records to their groups. The groups of a (tenant, key, model,
+   * node, hour) are looked up once and cached, so a record costs one map
+   * lookup and a few additions (no key strings built per record).
+   */
   #fold(records: UsageRecord[]): void {
-    for (const [id, d] of deltas(records)) {
-      let g = this.#groups.get(id);
-      if (!g) {
-        g = {
-          id,
-          key: d.key(`${this.#writer}.${(this.#seq++).toString(36)}`),
-          f: {},
-          version: 0,
-          dirty: false,
-          end: d.end,
-        };
-        this.#groups.set(id, g);
+    for (const r of records) {
+      const t = Date.parse(r.at);
+      const hour = Math.floor(t / 3_600_000);
+      const id =
+        `${r.tenantId}\u0000${r.keyId}\u0000${r.model}\u0000${r.nodeId}\u0000${hour}`;
+      let gs = this.#byRecord.get(id);
+      if (!gs || stale(gs)) {
+        if (this.#byRecord.size >= 50_000) this.#byRecord.clear();
+        gs = this.#groupsOf(r, t);
+        this.#byRecord.set(id, gs);
       }
-      for (const name in d.f) g.f[name] = (g.f[name] ?? 0) + d.f[name]!;
-      g.version++;
-      g.dirty = true;
-      this.#dirty.add(g);
+      const latBucket = `lat_${bucketOf(r.latencyMs)}`;
+      const ttftBucket = r.ttftMs === null
+        ? null
+        : `ttft_${bucketOf(r.ttftMs)}`;
+      const error = r.outcome !== "ok" ? 1 : 0;
+      for (const g of gs.time) {
+        const f = g.f;
+        f.requests = (f.requests ?? 0) + 1;
+        add(f, "prompt", r.promptTokens);
+        add(f, "completion", r.completionTokens);
+        add(f, "latency_sum", r.latencyMs);
+        f[latBucket] = (f[latBucket] ?? 0) + 1;
+        if (error) f.errors = (f.errors ?? 0) + 1;
+        if (r.status === 429) f.limited = (f.limited ?? 0) + 1;
+        if (ttftBucket !== null) {
+          add(f, "ttft_sum", r.ttftMs!);
+          f[ttftBucket] = (f[ttftBucket] ?? 0) + 1;
+        }
+        this.#touch(g);
+      }
+      const tf = gs.tenant.f;
+      tf.requests = (tf.requests ?? 0) + 1;
+      add(tf, "tokens", r.promptTokens + r.completionTokens);
+      add(tf, "errors", error);
+      this.#touch(gs.tenant);
+      const mf = gs.tenantModel.f;
+      mf.requests = (mf.requests ?? 0) + 1;
+      add(mf, "prompt", r.promptTokens);
+      add(mf, "completion", r.completionTokens);
+      this.#touch(gs.tenantModel);
+      for (const g of [gs.node, gs.nodeTenant]) {
+        if (!g) continue;
+        add(g.f, "busy_ms", r.latencyMs);
+        this.#touch(g);
+      }
     }
+  }
+
+  #touch(g: Group): void {
+    g.version++;
+    g.dirty = true;
+    this.#dirty.add(g);
+  }
+
+  /** The groups a record adds to, created (each with a new shard) where absent. */
+  #groupsOf(r: UsageRecord, t: number): RecordGroups {
+    const time: Group[] = [];
+    for (const g of ["hour", "day"] as const) {
+      const b = timeBucket(g, t);
+      const end = Date.parse(g === "hour" ? `${b}:00:00Z` : `${b}T00:00:00Z`) +
+        (g === "hour" ? 3_600_000 : 86_400_000) + KEEP_MS[g];
+      for (const [dim, subject] of subjects(r)) {
+        time.push(
+          this.#group(
+            `${g}|${dim}|${subject}|${b}`,
+            end,
+            (shard) => k.usageRollup(g, dim, subject, b, shard),
+          ),
+        );
+      }
+    }
+    const d = new Date(t);
+    const month = d.toISOString().slice(0, 7);
+    const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) +
+      KEEP_MS.month;
+    const monthGroup = (dim: UsageMonthDimension, subject: string) =>
+      this.#group(
+        `month|${dim}|${subject}|${month}`,
+        end,
+        (shard) => k.usageMonth(month, dim, subject, shard),
+      );
+    return {
+      time,
+      tenant: monthGroup("tenant", r.tenantId),
+      tenantModel: monthGroup("tenant_model", `${r.tenantId}/${r.model}`),
+      node: r.nodeId ? monthGroup("node", r.nodeId) : null,
+      nodeTenant: r.nodeId
+        ? monthGroup("node_tenant", `${r.nodeId}/${r.tenantId}`)
+        : null,
+    };
+  }
+
+  /** The group `id` in memory, created with a new shard if absent. */
+  #group(
+    id: string,
+    end: number,
+    key: (shard: string) => Deno.KvKey,
+  ): Group {
+    let g = this.#groups.get(id);
+    if (!g) {
+      g = {
+        id,
+        key: key(`${this.#writer}.${(this.#seq++).toString(36)}`),
+        f: {},
+        version: 0,
+        dirty: false,
+        end,
+        gone: false,
+      };
+      this.#groups.set(id, g);
+    }
+    return g;
   }
 
   #evict(now: number): void {
     if (now >= this.#nextSweep) {
       this.#nextSweep = now + SWEEP_MS;
       for (const [id, g] of this.#groups) {
-        if (g.end < now && !g.dirty) this.#groups.delete(id);
+        if (g.end < now && !g.dirty) this.#drop(id, g);
       }
     }
     if (this.#groups.size <= this.#maxGroups) return;
     for (const [id, g] of this.#groups) {
       if (this.#groups.size <= this.#maxGroups) break;
-      if (!g.dirty) this.#groups.delete(id);
+      if (!g.dirty) this.#drop(id, g);
     }
+  }
+
+  #drop(id: string, g: Group): void {
+    g.gone = true;
+    this.#groups.delete(id);
   }
 }
 
@@ -297,85 +412,15 @@ export function writeUsage(
   return rollupsOf(store).write(store, records);
 }
 
-/** Sums a batch per rollup group (hour, day and month groups). */
-function deltas(records: UsageRecord[]): Delta {
-  const groups: Delta = new Map();
-  const add = (
-    id: string,
-    key: (shard: string) => Deno.KvKey,
-    end: number,
-    fields: [string, number][],
-  ) => {
-    let grp = groups.get(id);
-    if (!grp) {
-      grp = { key, f: {}, end };
-      groups.set(id, grp);
-    }
-    for (const [name, n] of fields) {
-      if (n !== 0) grp.f[name] = (grp.f[name] ?? 0) + n;
-    }
-  };
-  for (const r of records) {
-    const t = Date.parse(r.at);
-    const fields: [string, number][] = [
-      ["requests", 1],
-      ["prompt", r.promptTokens],
-      ["completion", r.completionTokens],
-      ["latency_sum", r.latencyMs],
-      [`lat_${bucketOf(r.latencyMs)}`, 1],
-    ];
-    if (r.outcome !== "ok") fields.push(["errors", 1]);
-    if (r.status === 429) fields.push(["limited", 1]);
-    if (r.ttftMs !== null) {
-      fields.push(["ttft_sum", r.ttftMs], [`ttft_${bucketOf(r.ttftMs)}`, 1]);
-    }
-    for (const g of ["hour", "day"] as const) {
-      const b = timeBucket(g, t);
-      const end = Date.parse(g === "hour" ? `${b}:00:00Z` : `${b}T00:00:00Z`) +
-        (g === "hour" ? 3_600_000 : 86_400_000) + KEEP_MS[g];
-      for (const [dim, subject] of subjects(r)) {
-        add(
-          `${g}|${dim}|${subject}|${b}`,
-          (shard) => k.usageRollup(g, dim, subject, b, shard),
-          end,
-          fields,
-        );
-      }
-    }
-    const month = r.at.slice(0, 7);
-    const d = new Date(t);
-    const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) +
-      KEEP_MS.month;
-    const addMonth = (
-      dim: UsageMonthDimension,
-      subject: string,
-      f: [string, number][],
-    ) =>
-      add(
-        `month|${dim}|${subject}|${month}`,
-        (shard) => k.usageMonth(month, dim, subject, shard),
-        end,
-        f,
-      );
-    addMonth("tenant", r.tenantId, [
-      ["requests", 1],
-      ["tokens", r.promptTokens + r.completionTokens],
-      ["errors", r.outcome === "ok" ? 0 : 1],
-    ]);
-    addMonth("tenant_model", `${r.tenantId}/${r.model}`, [
-      ["requests", 1],
-      ["prompt", r.promptTokens],
-      ["completion", r.completionTokens],
-    ]);
-    if (r.nodeId) {
-      addMonth("node", r.nodeId, [["busy_ms", r.latencyMs]]);
-      addMonth("node_tenant", `${r.nodeId}/${r.tenantId}`, [[
-        "busy_ms",
-        r.latencyMs,
-      ]]);
-    }
-  }
-  return groups;
+/** Whether one of a record's cached groups left memory. */
+function stale(gs: RecordGroups): boolean {
+  return gs.time.some((g) => g.gone) || gs.tenant.gone ||
+    gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone;
+}
+
+/** Adds `n` to a field, leaving zeros out. */
+function add(f: RollupFields, name: string, n: number): void {
+  if (n !== 0) f[name] = (f[name] ?? 0) + n;
 }
 
 /**
