@@ -74,14 +74,14 @@ export class KeyCache {
         "You didn't provide an API key. Provide it as a Bearer token in the Authorization header or in x-api-key",
       );
     }
-    if (!parseApiKey(raw)) throw invalidKey(); // checksum: no KV read, no cache entry
     let now = Date.now();
     if (now - this.#epochAt >= this.#ttlMs) {
       await this.#checkEpoch();
       now = Date.now();
     }
-    let e = this.#map.get(raw);
+    let e = this.#map.get(raw); // only well-formed keys are ever cached
     if (!e || now - e.at >= this.#maxAgeMs) {
+      if (!parseApiKey(raw)) throw invalidKey(); // checksum: no KV read, no cache entry
       if (this.#map.size >= this.#max) this.#evict(now);
       e = { at: now, value: this.#load(raw, now) };
       this.#map.set(raw, e);
