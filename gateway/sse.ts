@@ -4,6 +4,7 @@
  * chunks). Yields the `data` of each event; comments and other fields are
  * dropped.
  */
+import { race } from "./timers.ts";
 
 /** Why reading a node's stream stopped early. */
 export class UpstreamStreamError extends Error {
@@ -107,12 +108,8 @@ export class SSEReader {
     // A read that timed out stays pending and is awaited again next time,
     // so no chunk is lost when a caller treats a timeout as "not yet".
     this.#pending ??= this.#reader.read();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<"timeout">((resolve) => {
-      timer = setTimeout(() => resolve("timeout"), timeoutMs);
-    });
     try {
-      const r = await Promise.race([this.#pending, timeout]);
+      const r = await race(this.#pending, timeoutMs);
       if (r === "timeout") {
         throw new UpstreamStreamError(
           "timeout",
@@ -127,8 +124,6 @@ export class SSEReader {
       throw new UpstreamStreamError("closed", "The node's stream broke off", {
         cause: e,
       });
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

@@ -8,6 +8,7 @@ import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Fleet } from "../fleet/types.ts";
 import type { Lease, NodeRouter } from "./router.ts";
 import { SSEReader, UpstreamStreamError } from "./sse.ts";
+import { after, cancel, race } from "./timers.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
@@ -118,9 +119,9 @@ export class Upstream {
       abort.abort(new DOMException("The client went away", "AbortError"));
     if (signal.aborted) onClient();
     signal.addEventListener("abort", onClient, { once: true });
-    const total = setTimeout(
-      () => abort.abort(new DOMException("Total timeout", "TimeoutError")),
+    const total = after(
       o.totalTimeoutMs,
+      () => abort.abort(new DOMException("Total timeout", "TimeoutError")),
     );
     let closed = false;
     let done = false;
@@ -131,7 +132,7 @@ export class Upstream {
       close() {
         if (closed) return;
         closed = true;
-        clearTimeout(total);
+        cancel(total);
         signal.removeEventListener("abort", onClient);
         if (!abort.signal.aborted && !done) abort.abort(); // free the node at once
         lease.release();
@@ -188,7 +189,7 @@ export class Upstream {
       done = true; // body fully read: nothing to abort
       return Object.assign(call, { kind: "json" as const, json });
     } catch (e) {
-      clearTimeout(total);
+      cancel(total);
       signal.removeEventListener("abort", onClient);
       if (!abort.signal.aborted) abort.abort();
       closed = true;
@@ -197,21 +198,15 @@ export class Upstream {
   }
 }
 
-function withTimeout<T>(
+async function withTimeout<T>(
   p: Promise<T>,
   ms: number,
   onTimeout: () => void,
 ): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        onTimeout();
-        reject(new Error(`no answer within ${ms} ms`));
-      }, ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
+  const r = await race(p, ms);
+  if (r !== "timeout") return r;
+  onTimeout();
+  throw new Error(`no answer within ${ms} ms`);
 }
 
 /** Reads a body with a size cap and the first-byte/total deadline. */
