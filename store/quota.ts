@@ -12,7 +12,7 @@
  * Settlements are batched likewise, after the response.
  *
  * A (tenant, key) in steady use gets a lease: one commit prepays the n
- * requests it made over the last 10 s, for the next 10 s (every counter of
+ * requests it made over the last 30 s, for the next 30 s (every counter of
  * its plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Leases take at most a tenth of any
@@ -295,7 +295,7 @@ export interface AdmitterOptions {
   settleDelayMs?: number;
   /**
    * How long a lease admits requests, and the span its size is predicted
-   * over (default 10 s; 0 turns leases off). Longer amortizes the commits
+   * over (default 30 s; 0 turns leases off). Longer amortizes the commits
    * of quieter keys; a lease's unused capacity shows as used meanwhile.
    */
   leaseMs?: number;
@@ -366,7 +366,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
-    this.#leaseMs = opts.leaseMs ?? 10_000;
+    this.#leaseMs = opts.leaseMs ?? 30_000;
     this.#maxLease = opts.maxLease ?? 256;
   }
 
@@ -416,7 +416,7 @@ export class Admitter {
    * Requests a plan is expected to make in the next lease horizon: the
    * count over the last horizon (the current period plus the part of the
    * one before it that the horizon still covers), so a key making one
-   * request a second gets a lease of ten over ten seconds, and a key seen
+   * request a second gets a lease of thirty over thirty seconds, and a key seen
    * once none.
    */
   #expected(pk: string, now: number): number {

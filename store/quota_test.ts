@@ -285,6 +285,36 @@ Deno.test("Admitter leases a busy key's capacity: few commits, exact usage once 
   kv.close();
 });
 
+Deno.test("Admitter leases a quiet key the requests it made over the horizon", async () => {
+  await awayFromMinuteEdge();
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 100_000,
+    concurrency: 10_000,
+  }, null);
+  const a = new Admitter(store, { leaseMs: 30_000 });
+  const start = Date.now();
+  const leased: boolean[] = [];
+  for (let i = 0; i < 8; i++) {
+    const r = await a.admit(req(plan));
+    assert.ok(r.ok && r.reservation);
+    await new Promise((r) => setTimeout(r, 5)); // one at a time, like a quiet key
+    await a.settle(r.reservation, 4);
+    leased.push(!!r.reservation.lease);
+  }
+  // Seen once: no lease. Seen twice: its commit also leases 2 (the count
+  // over the horizon), which admit the next two with no commit; then a
+  // commit leases 5, which admit the rest.
+  assert.deepEqual(leased, [false, false, true, true, false, true, true, true]);
+  await a.flush();
+  assert.equal(await rpmUsed(store, "t:t1", start), 8);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
 Deno.test("Admitter leases never over-admit and give back idle capacity before refusing", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
