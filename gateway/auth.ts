@@ -1,8 +1,9 @@
 /**
  * API key authentication with a cache: a verified key, its tenant and its
- * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s) as
- * long as the auth epoch (store/auth_epoch.ts), re-read at most every
- * `ttlMs` (≤ 1 s) and shared by all requests, has not changed. Every
+ * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s; each
+ * entry half to all of it, so reads spread out) as long as the auth epoch
+ * (store/auth_epoch.ts), re-read at most every `ttlMs` (≤ 1 s) and shared
+ * by all requests, has not changed. Every
  * revocation, suspension and limit change rewrites the epoch, so they take
  * effect within `ttlMs` on every gateway instance, while a busy gateway
  * reads KV for authentication a few times a second instead of per request.
@@ -25,7 +26,8 @@ export interface AuthContext {
   models: Set<string> | null;
 }
 
-type Entry = { at: number; value: Promise<AuthContext | OpenAIError> };
+/** A cached value and when it must be read again (epoch ms). */
+type Entry = { until: number; value: Promise<AuthContext | OpenAIError> };
 
 /** Extracts the presented key: `Authorization: Bearer …` or `x-api-key`. */
 export function presentedKey(headers: Headers): string | null {
@@ -54,7 +56,7 @@ export class KeyCache {
   readonly #map = new Map<string, Entry>();
   readonly #tenants = new Map<
     string,
-    { at: number; value: Promise<[Tenant | null, Limits]> }
+    { until: number; value: Promise<[Tenant | null, Limits]> }
   >();
 
   constructor(
@@ -80,10 +82,10 @@ export class KeyCache {
       now = Date.now();
     }
     let e = this.#map.get(raw); // only well-formed keys are ever cached
-    if (!e || now - e.at >= this.#maxAgeMs) {
+    if (!e || now >= e.until) {
       if (!parseApiKey(raw)) throw invalidKey(); // checksum: no KV read, no cache entry
       if (this.#map.size >= this.#max) this.#evict(now);
-      e = { at: now, value: this.#load(raw, now) };
+      e = { until: this.#until(now), value: this.#load(raw, now) };
       this.#map.set(raw, e);
       e.value.catch(() => this.#map.delete(raw)); // KV failures are not cached
     }
@@ -113,6 +115,15 @@ export class KeyCache {
     return this.#epochCheck;
   }
 
+  /**
+   * When an entry read now must be read again: between half and all of
+   * maxAgeMs, at random, so keys first seen together (a restart, a warm-up)
+   * are not all read again in the same second.
+   */
+  #until(now: number): number {
+    return now + this.#maxAgeMs * (0.5 + 0.5 * Math.random());
+  }
+
   /** Forgets every cached entry. */
   clear(): void {
     this.#map.clear();
@@ -121,7 +132,7 @@ export class KeyCache {
 
   #evict(now: number): void {
     for (const [k, e] of this.#map) {
-      if (now - e.at >= this.#maxAgeMs) this.#map.delete(k);
+      if (now >= e.until) this.#map.delete(k);
     }
     if (this.#map.size >= this.#max) this.#map.clear();
   }
@@ -129,13 +140,13 @@ export class KeyCache {
   /** A tenant and its limits, cached per tenant for the same ≤ 1 s. */
   #tenant(id: string, now: number): Promise<[Tenant | null, Limits]> {
     const c = this.#tenants.get(id);
-    if (c && now - c.at < this.#maxAgeMs) return c.value;
+    if (c && now < c.until) return c.value;
     if (this.#tenants.size >= this.#max) this.#tenants.clear();
     const value = Promise.all([
       getTenantRaw(this.#store, id),
       getTenantLimitsRaw(this.#store, id),
     ]);
-    this.#tenants.set(id, { at: now, value });
+    this.#tenants.set(id, { until: this.#until(now), value });
     value.catch(() => this.#tenants.delete(id));
     return value;
   }

@@ -1,0 +1,47 @@
+import * as assert from "node:assert/strict";
+import { createApiKey } from "../store/api_keys.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { createStore } from "../store/store.ts";
+import { createTenant } from "../store/tenants.ts";
+import { KeyCache } from "./auth.ts";
+
+Deno.test("KeyCache reads each key again within maxAgeMs, spread out rather than all at once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
+  const keys: string[] = [];
+  for (let i = 0; i < 60; i++) {
+    keys.push(
+      (await createApiKey(store, SYSTEM, tenant.id, { name: `k${i}` })).key,
+    );
+  }
+  let reads = 0;
+  const get = kv.get.bind(kv);
+  kv.get = ((...a: Parameters<typeof kv.get>) => {
+    reads++;
+    return get(...a);
+  }) as typeof kv.get;
+  const cache = new KeyCache(store, { ttlMs: 1000, maxAgeMs: 1000 });
+  const all = async () => {
+    for (const k of keys) {
+      assert.equal((await cache.authenticate(k)).tenant.id, tenant.id);
+    }
+  };
+  await all();
+  const first = reads;
+  assert.ok(first >= 60, "every key read once");
+  await all();
+  assert.equal(reads, first, "cached");
+  // Each entry lives half to all of maxAgeMs: at 3/4 of it some keys are
+  // read again, not all (60 keys all on one side: p = 2⁻⁵⁹).
+  await new Promise((r) => setTimeout(r, 750));
+  const before = reads;
+  await all();
+  const again = reads - before;
+  assert.ok(again > 0 && again < first, `${again} reads for 60 keys`);
+  await new Promise((r) => setTimeout(r, 1000));
+  const before2 = reads;
+  await all();
+  assert.ok(reads - before2 >= 60, "every key read again after maxAgeMs");
+  kv.close();
+});
