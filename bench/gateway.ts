@@ -266,9 +266,9 @@ async function scenario(label: string, targets: Target[]) {
   for (const t of targets) {
     for (let i = 0; i < Math.max(200, t.keys.length); i++) await once(t);
   }
-  // Then a steady state: every key busy for a while (rates known, leases
+  // Then a steady state: every key busy for 15 s (rates known, leases
   // sized from them, JIT warm), as in a gateway that has been up for minutes.
-  for (const t of targets) await throughput(t, 5, 32);
+  for (const t of targets) await throughput(t, 15, 32);
   const tp = await rounds(targets, (t) => throughput(t, 2, 32));
   const fr = await rounds(targets, (t) => fixedRate(t, 500, 3));
   const st = await rounds(targets, (t) => fixedRate(t, 200, 2, SBODY));
