@@ -23,7 +23,7 @@ export interface UsageWriterOptions {
   reclaimEveryMs?: number;
   /** How long a record may wait to share a write (default 250 ms). */
   flushMs?: number;
-  /** How long a rollup group may wait to be written (default 5 s). */
+  /** How long a rollup group may wait to be written (default 10 s). */
   rollupMs?: number;
 }
 
@@ -49,7 +49,7 @@ export class UsageWriter {
     this.#maxQueue = opts.maxQueue ?? 100_000;
     this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
     this.#flushMs = opts.flushMs ?? 250;
-    this.#rollupMs = opts.rollupMs ?? 5000;
+    this.#rollupMs = opts.rollupMs ?? 10_000;
   }
 
   /** Queues a record; returns at once. */
