@@ -215,6 +215,8 @@ Deno.test("e2e with the llama engine: openai SDK, AI SDK and Anthropic SDK throu
       const deadline = Date.now() + 5000;
       let totals;
       while (Date.now() < deadline) {
+        // Usage is written in batches: flush what the gateway holds.
+        await world.w.orchard.gateway.idle();
         totals = await usageTotals(world.w.store, {
           tenantId: world.w.tenantA.id,
           from: Date.now() - 3_600_000,
