@@ -40,6 +40,8 @@ export class UsageWriter {
   #lastReclaim = Date.now();
   #lastRollups = Date.now();
   #timer: ReturnType<typeof setTimeout> | undefined;
+  /** When the armed timer fires (epoch ms). */
+  #timerDue = 0;
   /** Records dropped because KV failed repeatedly or the queue overflowed. */
   dropped = 0;
 
@@ -62,19 +64,28 @@ export class UsageWriter {
     this.#schedule();
   }
 
-  /** Arms the timer for the next write: records soon, rollups later. */
+  /**
+   * Arms the timer for the next write: records soon, rollups later. A
+   * timer armed for rollups is brought forward when records arrive.
+   */
   #schedule(): void {
-    if (this.#running || this.#timer !== undefined) return;
-    let wait: number;
+    if (this.#running) return;
+    const now = Date.now();
+    let due: number;
     if (this.#queue.length > 0) {
-      wait = this.#queue.length >= 2000 ? 0 : this.#flushMs;
+      due = now + (this.#queue.length >= 2000 ? 0 : this.#flushMs);
     } else if (rollupsOf(this.#store).pending > 0) {
-      wait = Math.max(0, this.#lastRollups + this.#rollupMs - Date.now());
+      due = Math.max(now, this.#lastRollups + this.#rollupMs);
     } else return;
+    if (this.#timer !== undefined) {
+      if (this.#timerDue <= due) return;
+      clearTimeout(this.#timer);
+    }
+    this.#timerDue = due;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.#running ??= this.#write(false);
-    }, wait);
+    }, due - now);
   }
 
   /** Writes every queued record and rollup; resolves when all are written (or dropped). */

@@ -88,3 +88,26 @@ Deno.test("UsageWriter keeps rollups whose write failed and writes them once KV 
   );
   kv.close();
 });
+
+Deno.test("UsageWriter writes new records within flushMs while rollups wait for rollupMs", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const w = new UsageWriter(store, silentLogger, {
+    flushMs: 10,
+    rollupMs: 60_000,
+  });
+  const { at } = now();
+  w.add(usageRecord({ at, tenantId: "ta" }));
+  await waitFor(async () =>
+    (await listUsageRecords(store, "ta")).items.length === 1
+  );
+  assert.ok(rollupsOf(store).pending > 0, "rollups wait");
+  const t0 = Date.now();
+  w.add(usageRecord({ at, tenantId: "ta" }));
+  await waitFor(async () =>
+    (await listUsageRecords(store, "ta")).items.length === 2
+  );
+  assert.ok(Date.now() - t0 < 1000, "not held back by the rollup timer");
+  await w.flush();
+  kv.close();
+});
