@@ -224,7 +224,10 @@ export class Lease {
   readonly hasTokens!: boolean;
   readonly reqCounters!: [string, string][];
   readonly openedAt!: number;
-  /** The first window end among its counters: the lease closes then. */
+  /**
+   * When it closes: its first window end, or 3/4 to all of `leaseMs` after
+   * its grant, whichever comes first.
+   */
   readonly validUntil!: number;
   /** The quota view right after it was granted. */
   readonly view!: QuotaView;
@@ -811,6 +814,12 @@ export class Admitter {
       }
       if (r.kind !== "concurrency") validUntil = Math.min(validUntil, c.end);
     });
+    // Leases granted together (a minute boundary, a restart) end at random
+    // within the last quarter of leaseMs, not all in the same second.
+    validUntil = Math.min(
+      validUntil,
+      now + this.#leaseMs * (0.75 + 0.25 * Math.random()),
+    );
     // Requests join for leaseMs, then each finishes within ttlMs.
     const deadline = now + this.#leaseMs + req.ttlMs;
     const id = newIdAt(deadline);
