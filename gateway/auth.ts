@@ -3,10 +3,10 @@
  * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s; each
  * entry half to all of it, so reads spread out) as long as the auth epoch
  * (store/auth_epoch.ts), re-read at most every `ttlMs` (≤ 1 s) and shared
- * by all requests, has not changed. Every
- * revocation, suspension and limit change rewrites the epoch, so they take
- * effect within `ttlMs` on every gateway instance, while a busy gateway
- * reads KV for authentication a few times a second instead of per request.
+ * by all requests, has not changed. Every revocation, suspension and limit
+ * change rewrites the epoch, so they take effect within `ttlMs` on every
+ * gateway instance, while a busy gateway reads KV for authentication a few
+ * times a second instead of per request.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";

@@ -17,8 +17,8 @@
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Leases take at most a tenth of any
  * window's remaining capacity and none is granted near a limit, so
- * admission stays exact there, one commit per request; a refusal first closes the tenant's
- * leases and gives back their idle capacity.
+ * admission stays exact there, one commit per request; a refusal first
+ * closes the tenant's leases and gives back their idle capacity.
  *
  * Each window has two counters: `A` (admitted, only ever `set` by admission
  * under a `check`) and `R` (released, only ever increased by blind `sum`s
@@ -395,7 +395,8 @@ export class Admitter {
 
   /** Counts an admission attempt of a plan (for lease sizing). */
   #countRate(pk: string, now: number): void {
-    const span = this.#horizon();
+    const span = this.#leaseMs;
+    if (span <= 0) return; // leases off
     let r = this.#rates.get(pk);
     if (!r) {
       if (this.#rates.size >= 100_000) this.#rates.clear();
@@ -410,25 +411,17 @@ export class Admitter {
     r.count++;
   }
 
-  /** The period the request rate is counted over: the lease horizon, at least 1 s. */
-  #horizon(): number {
-    return Math.max(1000, this.#leaseMs);
-  }
-
   /**
-   * Requests a plan is expected to make in the next lease horizon: the
-   * count over the last horizon (the current period plus the part of the
-   * one before it that the horizon still covers), so a key making one
-   * request a second gets a lease of thirty over thirty seconds, and a key seen
-   * once none.
+   * Requests a plan is expected to make in the next `leaseMs`: its count
+   * over the last `leaseMs` (the current period plus the part of the one
+   * before that it still covers), so a key making one request a second
+   * gets a lease of thirty, and a key seen once none.
    */
   #expected(pk: string, now: number): number {
     const r = this.#rates.get(pk);
     if (!r) return 0;
-    const span = this.#horizon();
-    const into = Math.min(1, (now - r.since) / span);
-    const expected = r.count + r.last * (1 - into);
-    return (expected * this.#leaseMs) / span;
+    const into = Math.min(1, (now - r.since) / this.#leaseMs);
+    return r.count + r.last * (1 - into);
   }
 
   /** Admits from the plan's open lease, when it has room: no KV write. */
@@ -436,8 +429,7 @@ export class Admitter {
     const l = this.#leases.get(pk);
     if (!l) return null;
     if (
-      now - l.openedAt >= this.#leaseMs || now >= l.validUntil ||
-      l.signature !== signature(req.plan)
+      now >= l.validUntil || l.signature !== signature(req.plan)
     ) {
       this.#close(l);
       return null;
@@ -559,9 +551,7 @@ export class Admitter {
       const sweep = setInterval(() => {
         const t = Date.now();
         for (const l of [...this.#leases.values()]) {
-          if (t - l.openedAt >= this.#leaseMs || t >= l.validUntil) {
-            this.#close(l);
-          }
+          if (t >= l.validUntil) this.#close(l);
         }
       }, Math.min(this.#leaseMs, 1000));
       this.#sweep = sweep;
