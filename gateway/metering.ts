@@ -12,7 +12,11 @@
  */
 import { reclaimExpired } from "../store/quota.ts";
 import type { Store } from "../store/store.ts";
-import { rollupsOf, type UsageRecord } from "../store/usage.ts";
+import {
+  rollupsOf,
+  type UsageRecord,
+  type UsageRollups,
+} from "../store/usage.ts";
 import type { Logger } from "./logger.ts";
 
 /** Tunables of a UsageWriter. */
@@ -30,6 +34,8 @@ export interface UsageWriterOptions {
 /** Batches usage records and their rollups into KV. */
 export class UsageWriter {
   readonly #store: Store;
+  /** The store's rollups (shared with other writers on the same store). */
+  readonly #acc: UsageRollups;
   readonly #log: Logger;
   readonly #maxQueue: number;
   readonly #reclaimEveryMs: number;
@@ -47,6 +53,7 @@ export class UsageWriter {
 
   constructor(store: Store, log: Logger, opts: UsageWriterOptions = {}) {
     this.#store = store;
+    this.#acc = rollupsOf(store);
     this.#log = log;
     this.#maxQueue = opts.maxQueue ?? 100_000;
     this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
@@ -74,7 +81,7 @@ export class UsageWriter {
     let due: number;
     if (this.#queue.length > 0) {
       due = now + (this.#queue.length >= 2000 ? 0 : this.#flushMs);
-    } else if (rollupsOf(this.#store).pending > 0) {
+    } else if (this.#acc.pending > 0) {
       due = Math.max(now, this.#lastRollups + this.#rollupMs);
     } else return;
     if (this.#timer !== undefined) {
@@ -94,7 +101,7 @@ export class UsageWriter {
       clearTimeout(this.#timer);
       this.#timer = undefined;
       if (!this.#running) {
-        if (this.#queue.length === 0 && rollupsOf(this.#store).pending === 0) {
+        if (this.#queue.length === 0 && this.#acc.pending === 0) {
           return;
         }
         this.#running = this.#write(true);
@@ -109,7 +116,7 @@ export class UsageWriter {
    * `all`; resolves true when a write failed. Schedules the next.
    */
   async #write(all: boolean): Promise<boolean> {
-    const acc = rollupsOf(this.#store);
+    const acc = this.#acc;
     let failed = false;
     try {
       const batch = this.#queue.splice(0, 5000);

@@ -107,10 +107,8 @@ interface Group {
   readonly key: Deno.KvKey;
   /** Every record folded in so far: what its KV value will hold. */
   f: RollupFields;
-  /** Bumped by each fold; a write clears `dirty` only if none came since. */
+  /** Bumped by each fold; a write marks it clean only if none came since. */
   version: number;
-  /** Holds records not written yet (never evicted then). */
-  dirty: boolean;
   /** When the group may leave memory (epoch ms). */
   readonly end: number;
   /** Left memory: a later record starts a new group (and shard). */
@@ -155,6 +153,7 @@ export class UsageRollups {
   #seq = 0;
   /** In creation order (the order groups leave when over the cap). */
   readonly #groups = new Map<string, Group>();
+  /** Groups holding records not written yet (never evicted then). */
   readonly #dirty = new Set<Group>();
   /** A record's groups by (tenant, key, model, node, hour). */
   readonly #byRecord = new Map<string, RecordGroups>();
@@ -209,10 +208,7 @@ export class UsageRollups {
       const versions = groups.map((g) => g.version);
       await commitAll(store.kv, groups.map((g): KvSet => [g.key, { ...g.f }]));
       groups.forEach((g, i) => {
-        if (g.version === versions[i]) {
-          g.dirty = false;
-          this.#dirty.delete(g);
-        }
+        if (g.version === versions[i]) this.#dirty.delete(g);
       });
       this.#evict(Date.now());
     });
@@ -287,7 +283,6 @@ export class UsageRollups {
 
   #touch(g: Group): void {
     g.version++;
-    g.dirty = true;
     this.#dirty.add(g);
   }
 
@@ -342,7 +337,6 @@ export class UsageRollups {
         key: key(`${this.#writer}.${(this.#seq++).toString(36)}`),
         f: {},
         version: 0,
-        dirty: false,
         end,
         gone: false,
       };
@@ -355,13 +349,13 @@ export class UsageRollups {
     if (now >= this.#nextSweep) {
       this.#nextSweep = now + SWEEP_MS;
       for (const [id, g] of this.#groups) {
-        if (g.end < now && !g.dirty) this.#drop(id, g);
+        if (g.end < now && !this.#dirty.has(g)) this.#drop(id, g);
       }
     }
     if (this.#groups.size <= this.#maxGroups) return;
     for (const [id, g] of this.#groups) {
       if (this.#groups.size <= this.#maxGroups) break;
-      if (!g.dirty) this.#drop(id, g);
+      if (!this.#dirty.has(g)) this.#drop(id, g);
     }
   }
 
