@@ -179,6 +179,20 @@ interface Pending {
   req: AdmissionRequest;
   resolve: (a: Admission) => void;
   reject: (e: unknown) => void;
+  /** Set when this only grants the successor of a lease (no request admitted). */
+  renews?: Renewal;
+}
+
+/** A lease's successor to grant off the request path, before it ends. */
+interface Renewal {
+  after: Lease;
+  /** When `after` ends: the successor's span starts then. */
+  at: number;
+  /**
+   * Whether `after` ends before its windows do, so the successor counts in
+   * the same windows and may open as soon as `after` is used up.
+   */
+  early: boolean;
 }
 
 /** A release to add to one release counter: `[cacheId, key, n]`. */
@@ -223,10 +237,17 @@ export class Lease {
   readonly n!: number;
   readonly hasTokens!: boolean;
   readonly reqCounters!: [string, string][];
+  /** When it was granted. */
   readonly openedAt!: number;
+  /** Its span's start: its grant, or (a successor) when the lease before ends. */
+  readonly startsAt!: number;
+  /** When it may admit: `startsAt`, or its grant when in the same windows as the lease before. */
+  readonly opensAt!: number;
+  /** Its first window end. */
+  readonly windowEnd!: number;
   /**
    * When it closes: its first window end, or 3/4 to all of `leaseMs` after
-   * its grant, whichever comes first.
+   * it starts, whichever comes first.
    */
   readonly validUntil!: number;
   /** The quota view right after it was granted. */
@@ -241,6 +262,9 @@ export class Lease {
     hasTokens: boolean;
     reqCounters: [string, string][];
     openedAt: number;
+    startsAt: number;
+    opensAt: number;
+    windowEnd: number;
     validUntil: number;
     view: QuotaView;
   }) {
@@ -304,6 +328,11 @@ export interface AdmitterOptions {
   leaseMs?: number;
   /** Most requests one lease prepays (default 256). */
   maxLease?: number;
+  /**
+   * How long the grant of a lease's successor waits to share its commit
+   * with others (default 100 ms); it is asked for halfway through a lease.
+   */
+  renewDelayMs?: number;
 }
 
 /**
@@ -344,6 +373,7 @@ export class Admitter {
   readonly #settleDelayMs: number;
   readonly #leaseMs: number;
   readonly #maxLease: number;
+  readonly #renewDelayMs: number;
   #pending: Pending[] = [];
   readonly #busy = new Set<string>();
   #inFlight = 0;
@@ -356,6 +386,14 @@ export class Admitter {
   #settleTimer: ReturnType<typeof setTimeout> | undefined;
   #settling: Promise<void> | null = null;
   readonly #leases = new Map<string, Lease>();
+  /** Granted successors of open leases, waiting to open. */
+  readonly #next = new Map<string, Lease>();
+  /** Renewals asked for (until their commit lands), and the ones not queued yet. */
+  readonly #renewing = new Set<string>();
+  #renewals: Pending[] = [];
+  #renewTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Commits in flight that grant successors (flush waits for them). */
+  readonly #renewCommits = new Set<Promise<void>>();
   readonly #rates = new Map<
     string,
     { count: number; since: number; last: number }
@@ -371,6 +409,7 @@ export class Admitter {
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
     this.#leaseMs = opts.leaseMs ?? 30_000;
     this.#maxLease = opts.maxLease ?? 256;
+    this.#renewDelayMs = opts.renewDelayMs ?? 100;
   }
 
   /** Admits or rejects one request; throws QuotaUnavailableError when KV fails. */
@@ -424,26 +463,32 @@ export class Admitter {
     return r.count + r.last * (1 - into);
   }
 
-  /** Admits from the plan's open lease, when it has room: no KV write. */
+  /**
+   * Admits from the plan's open lease, when it has room: no KV write. A
+   * lease that has ended or is used up closes, and its successor, once
+   * open, takes over.
+   */
   #fromLease(pk: string, req: AdmissionRequest, now: number): Admission | null {
-    const l = this.#leases.get(pk);
-    if (!l) return null;
-    if (
-      now >= l.validUntil || l.signature !== signature(req.plan)
-    ) {
+    let l: Lease | undefined;
+    for (;;) {
+      l = this.#leases.get(pk) ?? this.#open(pk, now);
+      if (!l) return null;
+      if (
+        now < l.validUntil && l.signature === signature(req.plan) &&
+        l.admitted < l.n &&
+        (!l.hasTokens ||
+          l.res.tokens - l.tokensHeld - l.tokensUsed >= req.tokens)
+      ) break;
       this.#close(l);
-      return null;
-    }
-    if (
-      l.admitted >= l.n ||
-      (l.hasTokens && l.res.tokens - l.tokensHeld - l.tokensUsed < req.tokens)
-    ) {
-      this.#close(l); // used up: the next commit may grant a larger one
-      return null;
     }
     l.admitted++;
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
+    // Halfway through its time or its requests, its successor is asked for.
+    if (
+      (2 * now >= l.startsAt + l.validUntil || 2 * l.admitted >= l.n) &&
+      !this.#renewing.has(pk) && !this.#next.has(pk)
+    ) this.#renew(pk, l, req);
     return {
       ok: true,
       reservation: {
@@ -458,12 +503,52 @@ export class Admitter {
     };
   }
 
+  /** Opens the plan's successor lease, once its time has come. */
+  #open(pk: string, now: number): Lease | undefined {
+    const s = this.#next.get(pk);
+    if (!s || now < s.opensAt) return undefined;
+    this.#next.delete(pk);
+    this.#activate(s);
+    return s;
+  }
+
+  /**
+   * Queues the grant of `l`'s successor (sized like any lease, counted in
+   * the windows it opens in) to open when `l` ends, or is used up: a key
+   * in steady or rising use never waits for a commit, and the leases
+   * ending at a minute boundary are renewed over the seconds before it, in
+   * shared commits, not all at once after it.
+   */
+  #renew(pk: string, l: Lease, req: AdmissionRequest): void {
+    this.#renewing.add(pk);
+    this.#renewals.push({
+      req,
+      renews: {
+        after: l,
+        at: l.validUntil,
+        early: l.validUntil < l.windowEnd,
+      },
+      resolve: () => this.#renewing.delete(pk),
+      reject: () => this.#renewing.delete(pk), // KV down: asked again
+    });
+    this.#renewTimer ??= setTimeout(() => {
+      this.#renewTimer = undefined;
+      this.#pending.push(...this.#renewals);
+      this.#renewals = [];
+      this.#pump();
+    }, this.#renewDelayMs);
+  }
+
   /** Stops a lease admitting; it settles once its last request is done. */
   #close(l: Lease): void {
     if (l.closing) return;
     l.closing = true;
     if (this.#leases.get(l.planKey) === l) this.#leases.delete(l.planKey);
-    if (this.#leases.size === 0 && this.#sweep !== undefined) {
+    else if (this.#next.get(l.planKey) === l) this.#next.delete(l.planKey);
+    if (
+      this.#leases.size === 0 && this.#next.size === 0 &&
+      this.#sweep !== undefined
+    ) {
       clearInterval(this.#sweep);
       this.#sweep = undefined;
     }
@@ -531,10 +616,10 @@ export class Admitter {
     return l.shrinking;
   }
 
-  /** Closes the leases of `tenants` (all when null); returns the ones closed. */
+  /** Closes the leases of `tenants` (all when null), successors too; returns the ones closed. */
   #closeLeases(tenants: Set<string> | null): Lease[] {
     const closed: Lease[] = [];
-    for (const l of [...this.#leases.values()]) {
+    for (const l of [...this.#leases.values(), ...this.#next.values()]) {
       if (!tenants || tenants.has(l.planKey.split("\u0000")[0]!)) {
         this.#close(l);
         closed.push(l);
@@ -543,14 +628,16 @@ export class Admitter {
     return closed;
   }
 
-  #activate(l: Lease): void {
-    const old = this.#leases.get(l.planKey);
+  /** Opens a lease (`next`: holds it as the open lease's successor). */
+  #activate(l: Lease, next = false): void {
+    const map = next ? this.#next : this.#leases;
+    const old = map.get(l.planKey);
     if (old) this.#close(old);
-    this.#leases.set(l.planKey, l);
+    map.set(l.planKey, l);
     if (this.#sweep === undefined) {
       const sweep = setInterval(() => {
         const t = Date.now();
-        for (const l of [...this.#leases.values()]) {
+        for (const l of [...this.#leases.values(), ...this.#next.values()]) {
           if (t >= l.validUntil) this.#close(l);
         }
       }, Math.min(this.#leaseMs, 1000));
@@ -582,7 +669,8 @@ export class Admitter {
     const counters = new Set<string>();
     const now = Date.now();
     for (const p of this.#pending) {
-      const leased = this.#fromLease(planKey(p.req.plan), p.req, now);
+      const leased = !p.renews &&
+        this.#fromLease(planKey(p.req.plan), p.req, now);
       if (leased) {
         p.resolve(leased);
         continue;
@@ -606,9 +694,18 @@ export class Admitter {
     return batch;
   }
 
-  async #run(batch: Pending[]): Promise<void> {
+  #run(batch: Pending[]): Promise<void> {
+    const run = this.#admitBatch(batch);
+    if (batch.some((p) => p.renews)) {
+      this.#renewCommits.add(run);
+      void run.finally(() => this.#renewCommits.delete(run));
+    }
+    return run;
+  }
+
+  async #admitBatch(batch: Pending[]): Promise<void> {
     try {
-      const results = await this.#commit(batch.map((p) => p.req));
+      const results = await this.#commit(batch);
       batch.forEach((p, i) => p.resolve(results[i]!));
     } catch (e) {
       const err = e instanceof QuotaUnavailableError
@@ -620,14 +717,19 @@ export class Admitter {
     }
   }
 
-  async #commit(reqs: AdmissionRequest[]): Promise<Admission[]> {
+  async #commit(batch: Pending[]): Promise<Admission[]> {
     const kv = this.#store.kv;
+    const reqs = batch.map((p) => p.req);
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       const now = Date.now();
       const counters = new Map<string, Counter>();
-      const per = reqs.map((q) =>
-        q.plan.rules.map((r) => {
-          const [window, end] = windowOf(r.kind, now);
+      const per = batch.map((p) =>
+        p.req.plan.rules.map((r) => {
+          // A successor counts in the windows it opens in.
+          const [window, end] = windowOf(
+            r.kind,
+            Math.max(now, p.renews?.at ?? 0),
+          );
           const id = `${r.subject}\u0000${window}`;
           let c = counters.get(id);
           if (!c) {
@@ -667,7 +769,7 @@ export class Admitter {
           this.#cacheAdmitted(c.id, c);
         });
       }
-      let out = this.#decideAll(reqs, per, now);
+      let out = this.#decideAll(batch, per, now);
       const refused = out.admissions.flatMap((a, i) => a.ok ? [] : [i]);
       if (refused.length > 0) {
         // Before refusing: this tenant's leases close, our own releases
@@ -687,9 +789,11 @@ export class Admitter {
           });
         }
         for (const c of all) c.added = 0;
-        out = this.#decideAll(reqs, per, now);
+        out = this.#decideAll(batch, per, now);
       }
-      if (out.admitted === 0) return out.admissions;
+      if (out.admitted === 0 && out.leases.length === 0) {
+        return out.admissions;
+      }
       const op = out.op;
       for (const c of all) {
         op.check({ key: c.key, versionstamp: c.versionstamp });
@@ -716,7 +820,9 @@ export class Admitter {
         }
         for (const l of out.leases) {
           l.res.versionstamp = res.versionstamp;
-          this.#activate(l);
+          if (l.opensAt === l.openedAt && !this.#leases.has(l.planKey)) {
+            this.#activate(l);
+          } else this.#activate(l, true);
         }
         return out.admissions;
       }
@@ -740,18 +846,36 @@ export class Admitter {
     this.#releasedCache.set(id, value);
   }
 
-  #decideAll(reqs: AdmissionRequest[], per: Counter[][], now: number) {
+  #decideAll(batch: Pending[], per: Counter[][], now: number) {
     const op = this.#store.kv.atomic();
     const admissions: Admission[] = [];
     const leases: Lease[] = [];
     let admitted = 0;
-    reqs.forEach((req, i) => {
+    batch.forEach(({ req, renews }, i) => {
+      const pk = planKey(req.plan);
+      const granted = leases.some((l) => l.planKey === pk);
+      if (renews) {
+        admissions.push({
+          ok: true,
+          reservation: null,
+          view: renews.after.view,
+        });
+        // Only for a lease still open, not granted a successor meanwhile.
+        if (
+          granted || renews.after.closing || this.#next.has(pk) ||
+          this.#leases.get(pk) !== renews.after
+        ) return;
+        const at = Math.max(now, renews.at);
+        const opensAt = renews.early ? now : at;
+        const l = this.#grantLease(pk, req, per[i]!, now, op, at, opensAt);
+        if (l) leases.push(l);
+        return;
+      }
       const a = this.#decide(req, per[i]!, now, op);
       admissions.push(a);
       if (!a.ok) return;
       admitted++;
-      const pk = planKey(req.plan);
-      if (!leases.some((l) => l.planKey === pk)) {
+      if (!granted && !this.#leases.has(pk)) {
         const l = this.#grantLease(pk, req, per[i]!, now, op);
         if (l) leases.push(l);
       }
@@ -761,7 +885,7 @@ export class Admitter {
 
   /**
    * Adds a lease for a busy plan to the commit (it opens once the commit
-   * lands): as many requests as it
+   * lands, or, a successor, at `opensAt`): as many requests as it
    * makes in `leaseMs` (at most `maxLease`; see LEASE_SHARE and
    * LEASE_MIN_ROOM).
    */
@@ -771,8 +895,10 @@ export class Admitter {
     cs: Counter[],
     now: number,
     op: Deno.AtomicOperation,
+    startsAt = now,
+    opensAt = now,
   ): Lease | null {
-    if (this.#leaseMs <= 0 || this.#leases.has(pk)) return null;
+    if (this.#leaseMs <= 0) return null;
     const rules = req.plan.rules;
     let n = Math.min(
       this.#maxLease,
@@ -791,7 +917,7 @@ export class Admitter {
     const reqCounters: [string, string][] = [];
     const hasTokens = rules.some((r) => isTokenRule(r.kind));
     const tokens = hasTokens ? n * req.tokens : 0;
-    let validUntil = Infinity;
+    let windowEnd = Infinity;
     rules.forEach((r, i) => {
       const c = cs[i]!;
       const w: [string, string] = [r.subject, c.id.slice(r.subject.length + 1)];
@@ -802,16 +928,16 @@ export class Admitter {
         c.added += n;
         (r.kind === "concurrency" ? concCounters : reqCounters).push(w);
       }
-      if (r.kind !== "concurrency") validUntil = Math.min(validUntil, c.end);
+      if (r.kind !== "concurrency") windowEnd = Math.min(windowEnd, c.end);
     });
     // Leases granted together (a minute boundary, a restart) end at random
     // within the last quarter of leaseMs, not all in the same second.
-    validUntil = Math.min(
-      validUntil,
-      now + this.#leaseMs * (0.75 + 0.25 * Math.random()),
+    const validUntil = Math.min(
+      windowEnd,
+      Math.floor(startsAt + this.#leaseMs * (0.75 + 0.25 * Math.random())),
     );
-    // Requests join for leaseMs, then each finishes within ttlMs.
-    const deadline = now + this.#leaseMs + req.ttlMs;
+    // Requests join until it ends, then each finishes within ttlMs.
+    const deadline = startsAt + this.#leaseMs + req.ttlMs;
     const id = newIdAt(deadline);
     const stored: StoredReservation = {
       tenantId: req.plan.tenantId,
@@ -833,6 +959,9 @@ export class Admitter {
       hasTokens,
       reqCounters,
       openedAt: now,
+      startsAt,
+      opensAt,
+      windowEnd,
       validUntil,
       view: viewOf(rules, cs, now),
     });
@@ -952,7 +1081,13 @@ export class Admitter {
    * Closes every lease (those still serving requests settle when their last
    * one ends) and resolves once every settlement queued is committed.
    */
-  flush(): Promise<void> {
+  async flush(): Promise<void> {
+    clearTimeout(this.#renewTimer);
+    this.#renewTimer = undefined;
+    this.#renewals = [];
+    this.#pending = this.#pending.filter((p) => !p.renews);
+    this.#renewing.clear();
+    await Promise.all(this.#renewCommits);
     this.#closeLeases(null);
     return this.#flushSettles();
   }

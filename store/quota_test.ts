@@ -315,6 +315,95 @@ Deno.test("Admitter leases a quiet key the requests it made over the horizon", a
   kv.close();
 });
 
+/** Admits one request at a time, every `everyMs`, until `until`; whether each came from a lease. */
+async function steadyKey(
+  a: Admitter,
+  plan: ReturnType<typeof limitPlan>,
+  until: number,
+  everyMs: number,
+): Promise<boolean[]> {
+  const leased: boolean[] = [];
+  while (Date.now() < until) {
+    const r = await a.admit(req(plan));
+    assert.ok(r.ok && r.reservation);
+    leased.push(!!r.reservation.lease);
+    await a.settle(r.reservation, 4);
+    if (everyMs > 0) await new Promise((r) => setTimeout(r, everyMs));
+  }
+  return leased;
+}
+
+Deno.test("Admitter renews a steady key's lease before it ends: no request waits for a commit", async () => {
+  await awayFromMinuteEdge(8000);
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 100_000,
+    concurrency: 10_000,
+  }, null);
+  const a = new Admitter(store, { leaseMs: 300, renewDelayMs: 5 });
+  const start = Date.now();
+  const leased = await steadyKey(a, plan, Date.now() + 3000, 20);
+  // Once the rate is known (the first second), each lease's successor is
+  // granted while it still serves: over a dozen leases, no request waits.
+  const late = leased.slice(Math.floor(leased.length / 3));
+  assert.ok(late.length > 40, `${late.length} requests`);
+  assert.ok(
+    late.filter((l) => !l).length <= 1,
+    `${late.filter((l) => !l).length} of ${late.length} committed on the path`,
+  );
+  await a.flush();
+  assert.equal(await rpmUsed(store, "t:t1", start), leased.length);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
+Deno.test("Admitter renews a lease ending at a minute boundary in the next minute's windows", async () => {
+  // The clock runs 2.5 s before a minute boundary.
+  const realNow = Date.now;
+  const skew = 60_000 - (realNow() % 60_000) - 2500;
+  Date.now = () => realNow() + skew;
+  try {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", {
+      ...UNLIMITED,
+      rpm: 100_000,
+      tpm: 100_000_000,
+      concurrency: 10_000,
+    }, null);
+    const a = new Admitter(store, { renewDelayMs: 5 });
+    const start = Date.now();
+    const boundary = windowOf("rpm", start)[1];
+    // A burst makes the key busy (its leases grow to the most one holds,
+    // each ending at the boundary); then it sends one request every 20 ms.
+    const burst = await steadyKey(a, plan, start + 500, 0);
+    const leased = await steadyKey(a, plan, boundary + 1000, 20);
+    // The last lease's successor, granted before the boundary, counts in
+    // the next minute: no request waits for a commit across it.
+    assert.ok(
+      leased.every((l) => l),
+      `committed on the path: ${leased.flatMap((l, i) => l ? [] : [i])}`,
+    );
+    await a.flush();
+    const [before] = windowOf("rpm", start);
+    const [after] = windowOf("rpm", boundary);
+    const used = [
+      await counterValue(store, "t:t1", before),
+      await counterValue(store, "t:t1", after),
+    ];
+    assert.ok(used[0]! > 0 && used[1]! > 0, `${used}`);
+    assert.equal(used[0]! + used[1]!, burst.length + leased.length);
+    assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+    assert.equal(await countReservations(store), 0);
+    kv.close();
+  } finally {
+    Date.now = realNow;
+  }
+});
+
 Deno.test("Admitter leases never over-admit and give back idle capacity before refusing", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
