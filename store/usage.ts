@@ -109,6 +109,8 @@ interface Group {
   f: RollupFields;
   /** Bumped by each fold; a write marks it clean only if none came since. */
   version: number;
+  /** While dirty: when it is due to be written (epoch ms). */
+  due: number;
   /** When the group may leave memory (epoch ms). */
   readonly end: number;
   /** Left memory: a later record starts a new group (and shard). */
@@ -134,8 +136,9 @@ export interface UsageRollupsOptions {
 
 /**
  * A writer's usage: records are written as they come (`add`), and folded
- * into rollup groups held in memory, written by `writeRollups` (the gateway
- * does it every few seconds, so a group busy in that time costs one write).
+ * into rollup groups held in memory, written by `writeRollups` once due
+ * (the gateway lets each wait a few seconds, so a group busy in that time
+ * costs one write).
  * Each group (granularity, dimension, subject, bucket) is ONE KV value per
  * writer, its absolute totals under a shard id unique forever
  * (`<writer>.<seq>`): writing is a blind `set` (one mutation per group
@@ -155,9 +158,14 @@ export class UsageRollups {
   readonly #groups = new Map<string, Group>();
   /** Groups holding records not written yet (never evicted then). */
   readonly #dirty = new Set<Group>();
+  /** No dirty group is due before this (a lower bound). */
+  #nextDue = Infinity;
   /** A record's groups by (tenant, key, model, node, hour). */
   readonly #byRecord = new Map<string, RecordGroups>();
   #nextSweep = 0;
+  /** The fold under way: when, and how long its newly dirty groups wait. */
+  #foldAt = 0;
+  #foldDelayMs = 0;
   #chain: Promise<void> = Promise.resolve();
 
   constructor(opts: UsageRollupsOptions = {}) {
@@ -180,12 +188,20 @@ export class UsageRollups {
     return this.#dirty.size;
   }
 
+  /** When the first group holding records not written yet is due (Infinity: none). */
+  get nextDue(): number {
+    return this.#nextDue;
+  }
+
   /**
    * Writes records, then folds them into the rollups in memory (once: a
    * rejected call folded nothing, and may be retried with the same records).
-   * Calls are serialized with each other and with `writeRollups`.
+   * A group they make dirty is due `delayMs` later, give or take half: the
+   * writes of groups dirtied together (1,000 tenants' in the same second)
+   * drift apart instead of landing in one burst every `delayMs`. Calls are
+   * serialized with each other and with `writeRollups`.
    */
-  add(store: Store, records: UsageRecord[]): Promise<void> {
+  add(store: Store, records: UsageRecord[], delayMs = 0): Promise<void> {
     return this.#serial(async () => {
       if (records.length === 0) return;
       await commitAll(
@@ -196,20 +212,34 @@ export class UsageRollups {
           { expireIn: USAGE_RECORD_TTL_MS },
         ]),
       );
-      this.#fold(records);
+      this.#fold(records, Date.now(), delayMs);
     });
   }
 
-  /** Writes every group holding records not written yet (all, or none left dirty on failure). */
-  writeRollups(store: Store): Promise<void> {
+  /**
+   * Writes the groups holding records not written yet that are due by
+   * `dueBy` (default: all); on failure they stay dirty.
+   */
+  writeRollups(store: Store, dueBy = Infinity): Promise<void> {
     return this.#serial(async () => {
+      const groups = [...this.#dirty].filter((g) => g.due <= dueBy);
       // Keys in order: each commit then touches fewer SQLite pages (~25% less CPU).
-      const groups = [...this.#dirty].sort((a, b) => a.id < b.id ? -1 : 1);
+      groups.sort((a, b) => a.id < b.id ? -1 : 1);
       const versions = groups.map((g) => g.version);
-      await commitAll(store.kv, groups.map((g): KvSet => [g.key, { ...g.f }]));
-      groups.forEach((g, i) => {
-        if (g.version === versions[i]) this.#dirty.delete(g);
-      });
+      try {
+        await commitAll(
+          store.kv,
+          groups.map((g): KvSet => [g.key, { ...g.f }]),
+        );
+        groups.forEach((g, i) => {
+          if (g.version === versions[i]) this.#dirty.delete(g);
+        });
+      } finally {
+        this.#nextDue = Infinity;
+        for (const g of this.#dirty) {
+          if (g.due < this.#nextDue) this.#nextDue = g.due;
+        }
+      }
       this.#evict(Date.now());
     });
   }
@@ -231,7 +261,9 @@ export class UsageRollups {
    * node, hour) are looked up once and cached, so a record costs one map
    * lookup and a few additions (no key strings built per record).
    */
-  #fold(records: UsageRecord[]): void {
+  #fold(records: UsageRecord[], now: number, delayMs: number): void {
+    this.#foldAt = now;
+    this.#foldDelayMs = delayMs;
     for (const r of records) {
       const t = Date.parse(r.at);
       const hour = Math.floor(t / 3_600_000);
@@ -283,6 +315,9 @@ export class UsageRollups {
 
   #touch(g: Group): void {
     g.version++;
+    if (this.#dirty.has(g)) return;
+    g.due = this.#foldAt + this.#foldDelayMs * (0.5 + 0.5 * Math.random());
+    if (g.due < this.#nextDue) this.#nextDue = g.due;
     this.#dirty.add(g);
   }
 
@@ -337,6 +372,7 @@ export class UsageRollups {
         key: key(`${this.#writer}.${(this.#seq++).toString(36)}`),
         f: {},
         version: 0,
+        due: 0,
         end,
         gone: false,
       };

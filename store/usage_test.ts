@@ -200,6 +200,34 @@ Deno.test("rollups needing several commits, written again after a later one fail
   kv.close();
 });
 
+Deno.test("UsageRollups writes groups dirtied together over the second half of their delay, each once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  const batch = Array.from(
+    { length: 200 },
+    (_, i) => rec({ tenantId: `t${i}` }),
+  );
+  const t0 = Date.now();
+  await acc.add(store, batch, 1000);
+  const dirty = acc.pending;
+  assert.ok(acc.nextDue >= t0 + 500 && acc.nextDue <= t0 + 1100);
+  await acc.writeRollups(store, t0 + 490);
+  assert.equal(acc.pending, dirty, "none is due before half the delay");
+  await acc.writeRollups(store, t0 + 750);
+  assert.ok(
+    acc.pending > dirty * 0.2 && acc.pending < dirty * 0.8,
+    `${acc.pending} of ${dirty} left: the writes spread`,
+  );
+  assert.ok(acc.nextDue > t0 + 750);
+  await acc.writeRollups(store, Date.now() + 1000);
+  assert.equal(acc.pending, 0);
+  assert.equal(acc.nextDue, Infinity);
+  assert.equal((await usageTotals(store, HOURS)).requests, 200);
+  assert.equal(await tenantShards(kv, "t7"), 1);
+  kv.close();
+});
+
 Deno.test("concurrent writeUsage() calls: rollups equal the sum of the records", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
