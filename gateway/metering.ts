@@ -1,11 +1,11 @@
 /**
  * Writes usage off the client's critical path: records are queued and
  * written together every `flushMs`, and each rollup group they were folded
- * into within `rollupMs` (half to all of it, at random, so the groups of
- * many tenants are written a few at a time, not in one burst that stalls
- * requests; a group busy in that time costs one KV write however many
- * records it took: with 1,000 quiet tenants, ~2 writes per request instead
- * of ~10). Expired reservations of crashed gateways are reclaimed every
+ * into within `rollupMs`: half to all of it, at random, so the groups of
+ * many tenants are written a share at a time (in one batch a second), not
+ * in one burst that stalls requests. A group busy in that time costs one KV
+ * write however many records it took: with 1,000 quiet tenants, ~2 writes
+ * per request instead of ~10. Expired reservations of crashed gateways are reclaimed every
  * `reclaimEveryMs`. `flush()` writes everything at once.
  *
  * What a crash loses: records of the last `flushMs` and the rollups of the
@@ -46,8 +46,12 @@ export class UsageWriter {
   #queue: UsageRecord[] = [];
   #running: Promise<boolean> | null = null;
   #lastReclaim = Date.now();
-  /** After a failed rollup write, when the next is tried (flush() tries at once). */
-  #rollupsRetryAt = 0;
+  /**
+   * When rollups may be written next: a tick after the last write (the
+   * groups due meanwhile share it), later after a failure (flush() writes
+   * at once).
+   */
+  #rollupsAt = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   /** When the armed timer fires (epoch ms). */
   #timerDue = 0;
@@ -85,7 +89,7 @@ export class UsageWriter {
     if (this.#queue.length > 0) {
       due = now + (this.#queue.length >= 2000 ? 0 : this.#flushMs);
     } else if (this.#acc.pending > 0) {
-      due = Math.max(now, this.#acc.nextDue, this.#rollupsRetryAt);
+      due = Math.max(now, this.#acc.nextDue, this.#rollupsAt);
     } else return;
     if (this.#timer !== undefined) {
       if (this.#timerDue <= due) return;
@@ -150,10 +154,11 @@ export class UsageWriter {
     }
     const now = Date.now();
     const dueBy = all && this.#queue.length === 0 ? Infinity : now;
-    if (acc.nextDue <= dueBy && (all || now >= this.#rollupsRetryAt)) {
+    if (acc.nextDue <= dueBy && (all || now >= this.#rollupsAt)) {
+      this.#rollupsAt = now + Math.min(1000, this.#rollupMs / 4);
       await acc.writeRollups(this.#store, dueBy).catch((e) => {
         failed = true; // the groups stay pending: written next time
-        this.#rollupsRetryAt = now + this.#rollupMs / 2;
+        this.#rollupsAt = now + this.#rollupMs / 2;
         this.#log.log("warn", "usage rollup write failed", {
           error: String(e),
         });
