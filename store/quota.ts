@@ -145,24 +145,33 @@ export function limitPlan(
   return { tenantId, keyId, rules };
 }
 
+/** The last window computed per kind, with its start (windows change rarely). */
+const lastWindows = new Map<
+  RuleKind,
+  { name: string; start: number; end: number }
+>();
+
 /** The window name of a rule at `now` (part of the counter key) and when it ends. */
 export function windowOf(kind: RuleKind, now: number): [string, number] {
+  if (kind === "concurrency") return ["conc", now + 1000];
+  const w = lastWindows.get(kind);
+  if (w && now >= w.start && now < w.end) return [w.name, w.end];
   const d = new Date(now);
   const iso = d.toISOString();
-  switch (kind) {
-    case "rpm":
-    case "tpm":
-      return [`${kind}:${iso.slice(0, 16)}`, now - (now % MINUTE) + MINUTE];
-    case "day":
-      return [`day:${iso.slice(0, 10)}`, now - (now % DAY) + DAY];
-    case "month":
-      return [
-        `month:${iso.slice(0, 7)}`,
-        Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1),
-      ];
-    case "concurrency":
-      return ["conc", now + 1000];
+  let name: string, start: number, end: number;
+  if (kind === "rpm" || kind === "tpm") {
+    [name, start] = [`${kind}:${iso.slice(0, 16)}`, now - (now % MINUTE)];
+    end = start + MINUTE;
+  } else if (kind === "day") {
+    [name, start] = [`day:${iso.slice(0, 10)}`, now - (now % DAY)];
+    end = start + DAY;
+  } else {
+    name = `month:${iso.slice(0, 7)}`;
+    start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
   }
+  lastWindows.set(kind, { name, start, end });
+  return [name, end];
 }
 
 const isTokenRule = (kind: RuleKind) =>
@@ -239,9 +248,7 @@ export class Lease {
   readonly reqCounters!: [string, string][];
   /** When it was granted. */
   readonly openedAt!: number;
-  /** Its span's start: its grant, or (a successor) when the lease before ends. */
-  readonly startsAt!: number;
-  /** When it may admit: `startsAt`, or its grant when in the same windows as the lease before. */
+  /** When it may admit: its grant, or (a successor) when the lease before ends, or is used up if in the same windows. */
   readonly opensAt!: number;
   /** Its first window end. */
   readonly windowEnd!: number;
@@ -262,7 +269,6 @@ export class Lease {
     hasTokens: boolean;
     reqCounters: [string, string][];
     openedAt: number;
-    startsAt: number;
     opensAt: number;
     windowEnd: number;
     validUntil: number;
@@ -274,18 +280,31 @@ export class Lease {
   }
 }
 
-const planKey = (p: LimitPlan) => `${p.tenantId}\u0000${p.keyId}`;
-
-/** A plan's limits as one string (leases end when they change); memoized per plan object. */
-const signatures = new WeakMap<LimitPlan, string>();
-function signature(p: LimitPlan): string {
-  let sig = signatures.get(p);
-  if (sig === undefined) {
-    sig = p.rules.map((r) => `${r.subject}:${r.kind}:${r.limit}`).join(",");
-    signatures.set(p, sig);
-  }
-  return sig;
+/** What admission derives from a plan, memoized per plan object. */
+interface PlanInfo {
+  /** `tenant\0key`: its lease's key. */
+  key: string;
+  /** Its limits as one string (leases end when they change). */
+  signature: string;
+  /** `subject\0kind` of each rule: the counters a commit checks. */
+  counters: string[];
 }
+const planInfos = new WeakMap<LimitPlan, PlanInfo>();
+function planInfo(p: LimitPlan): PlanInfo {
+  let info = planInfos.get(p);
+  if (info === undefined) {
+    info = {
+      key: `${p.tenantId}\u0000${p.keyId}`,
+      signature: p.rules.map((r) => `${r.subject}:${r.kind}:${r.limit}`)
+        .join(","),
+      counters: p.rules.map((r) => `${r.subject}\u0000${r.kind}`),
+    };
+    planInfos.set(p, info);
+  }
+  return info;
+}
+const planKey = (p: LimitPlan) => planInfo(p).key;
+const signature = (p: LimitPlan) => planInfo(p).signature;
 
 /** One quota counter (a window of a subject) as seen by one commit attempt. */
 interface Counter {
@@ -330,7 +349,8 @@ export interface AdmitterOptions {
   maxLease?: number;
   /**
    * How long the grant of a lease's successor waits to share its commit
-   * with others (default 100 ms); it is asked for halfway through a lease.
+   * with others (default 100 ms); it is asked for once a lease has half of
+   * `leaseMs` or less to go, or has used half its requests.
    */
   renewDelayMs?: number;
 }
@@ -484,9 +504,10 @@ export class Admitter {
     l.admitted++;
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
-    // Halfway through its time or its requests, its successor is asked for.
+    // With half of leaseMs or less to go (a lease cut short by a window's
+    // end: at once), or half its requests used, its successor is asked for.
     if (
-      (2 * now >= l.startsAt + l.validUntil || 2 * l.admitted >= l.n) &&
+      (2 * (l.validUntil - now) <= this.#leaseMs || 2 * l.admitted >= l.n) &&
       !this.#renewing.has(pk) && !this.#next.has(pk)
     ) this.#renew(pk, l, req);
     return {
@@ -668,21 +689,28 @@ export class Admitter {
     const rest: Pending[] = [];
     const counters = new Set<string>();
     const now = Date.now();
-    for (const p of this.#pending) {
+    const pending = this.#pending;
+    for (let i = 0; i < pending.length; i++) {
+      const p = pending[i]!;
+      if (batch.length >= this.#maxBatch || counters.size >= this.#maxChecks) {
+        // Full: the rest wait, unread (each scan of a long queue would
+        // cost as much as its commit).
+        for (let j = i; j < pending.length; j++) rest.push(pending[j]!);
+        break;
+      }
       const leased = !p.renews &&
         this.#fromLease(planKey(p.req.plan), p.req, now);
       if (leased) {
         p.resolve(leased);
         continue;
       }
-      if (
-        batch.length >= this.#maxBatch || this.#busy.has(p.req.plan.tenantId)
-      ) {
+      if (this.#busy.has(p.req.plan.tenantId)) {
         rest.push(p);
         continue;
       }
-      const ids = p.req.plan.rules.map((r) => `${r.subject}\u0000${r.kind}`);
-      const added = ids.filter((id) => !counters.has(id)).length;
+      const ids = planInfo(p.req.plan).counters;
+      let added = 0;
+      for (const id of ids) if (!counters.has(id)) added++;
       if (batch.length > 0 && counters.size + added > this.#maxChecks) {
         rest.push(p);
         continue;
@@ -959,7 +987,6 @@ export class Admitter {
       hasTokens,
       reqCounters,
       openedAt: now,
-      startsAt,
       opensAt,
       windowEnd,
       validUntil,
