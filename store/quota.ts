@@ -15,7 +15,10 @@
  * requests it made over the last 30 s, for the next 30 s (every counter of
  * its plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
- * giving back what it did not use. Leases take at most a tenth of any
+ * giving back what it did not use. Its successor is granted off the request
+ * path once it has half its time or requests left, counted in the windows
+ * the successor opens in, so a steady key never waits for a commit, even
+ * at a minute boundary. Leases take at most a tenth of any
  * window's remaining capacity and none is granted near a limit, so
  * admission stays exact there, one commit per request; a refusal first
  * closes the tenant's leases and gives back their idle capacity.
