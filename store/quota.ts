@@ -691,11 +691,16 @@ export class Admitter {
     const batch: Pending[] = [];
     const rest: Pending[] = [];
     const counters = new Set<string>();
+    /** Checks of successors: theirs alone (they may be in later windows). */
+    let own = 0;
     const now = Date.now();
     const pending = this.#pending;
     for (let i = 0; i < pending.length; i++) {
       const p = pending[i]!;
-      if (batch.length >= this.#maxBatch || counters.size >= this.#maxChecks) {
+      if (
+        batch.length >= this.#maxBatch ||
+        counters.size + own >= this.#maxChecks
+      ) {
         // Full: the rest wait, unread (each scan of a long queue would
         // cost as much as its commit).
         for (let j = i; j < pending.length; j++) rest.push(pending[j]!);
@@ -712,14 +717,15 @@ export class Admitter {
         continue;
       }
       const ids = planInfo(p.req.plan).counters;
-      let added = 0;
-      for (const id of ids) if (!counters.has(id)) added++;
-      if (batch.length > 0 && counters.size + added > this.#maxChecks) {
+      let added = p.renews ? ids.length : 0;
+      if (!p.renews) { for (const id of ids) if (!counters.has(id)) added++; }
+      if (batch.length > 0 && counters.size + own + added > this.#maxChecks) {
         rest.push(p);
         continue;
       }
       batch.push(p);
-      for (const id of ids) counters.add(id);
+      if (p.renews) own += ids.length;
+      else for (const id of ids) counters.add(id);
     }
     this.#pending = rest;
     return batch;
@@ -898,7 +904,25 @@ export class Admitter {
         ) return;
         const at = Math.max(now, renews.at);
         const opensAt = renews.early ? now : at;
-        const l = this.#grantLease(pk, req, per[i]!, now, op, at, opensAt);
+        // A lease used faster than its rate predicted (a burst): its
+        // successor is sized at the pace it was used, up to 4 times it.
+        const prev = renews.after;
+        const pace = Math.min(
+          4 * prev.n,
+          Math.floor(
+            prev.admitted * this.#leaseMs / Math.max(1, now - prev.opensAt),
+          ),
+        );
+        const l = this.#grantLease(
+          pk,
+          req,
+          per[i]!,
+          now,
+          op,
+          at,
+          opensAt,
+          pace,
+        );
         if (l) leases.push(l);
         return;
       }
@@ -917,8 +941,8 @@ export class Admitter {
   /**
    * Adds a lease for a busy plan to the commit (it opens once the commit
    * lands, or, a successor, at `opensAt`): as many requests as it
-   * makes in `leaseMs` (at most `maxLease`; see LEASE_SHARE and
-   * LEASE_MIN_ROOM).
+   * makes in `leaseMs`, or `atLeast` (at most `maxLease`; see LEASE_SHARE
+   * and LEASE_MIN_ROOM).
    */
   #grantLease(
     pk: string,
@@ -928,12 +952,13 @@ export class Admitter {
     op: Deno.AtomicOperation,
     startsAt = now,
     opensAt = now,
+    atLeast = 0,
   ): Lease | null {
     if (this.#leaseMs <= 0) return null;
     const rules = req.plan.rules;
     let n = Math.min(
       this.#maxLease,
-      Math.floor(this.#expected(pk, now)),
+      Math.max(atLeast, Math.floor(this.#expected(pk, now))),
     );
     for (let i = 0; i < rules.length && n >= 2; i++) {
       const r = rules[i]!;

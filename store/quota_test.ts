@@ -13,6 +13,8 @@ import { createStore } from "./store.ts";
 import { UNLIMITED } from "./limits.ts";
 import { awayFromMinuteEdge } from "../gateway/_testing.ts";
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 const req = (
   plan: ReturnType<typeof limitPlan>,
   tokens = 10,
@@ -398,6 +400,72 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
     assert.equal(used[0]! + used[1]!, burst.length + leased.length);
     assert.equal(await counterValue(store, "t:t1", "conc"), 0);
     assert.equal(await countReservations(store), 0);
+    kv.close();
+  } finally {
+    Date.now = realNow;
+  }
+});
+
+Deno.test("Admitter keeps every commit within maxChecks, successors in the next minute's windows included", async () => {
+  // The clock runs 2 s before a minute boundary: a successor counts in the
+  // next minute, so it shares no counter with the requests admitted now.
+  const realNow = Date.now;
+  const skew = 60_000 - (realNow() % 60_000) - 2000;
+  Date.now = () => realNow() + skew;
+  try {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    let most = 0;
+    const atomic = kv.atomic.bind(kv);
+    kv.atomic = () => {
+      const op = atomic();
+      let checks = 0;
+      const check = op.check.bind(op);
+      op.check = (...c) => {
+        checks += c.length;
+        most = Math.max(most, checks);
+        return check(...c);
+      };
+      // Slow commits: requests queue behind a tenant's commit in flight.
+      const commit = op.commit.bind(op);
+      op.commit = () => sleep(20).then(commit);
+      return op;
+    };
+    const tenant = {
+      ...UNLIMITED,
+      rpm: 100_000,
+      tpm: 100_000_000,
+      concurrency: 10_000,
+    };
+    const key = { ...UNLIMITED, rpm: 100_000 };
+    const a = new Admitter(store, { renewDelayMs: 0, maxChecks: 6 });
+    const leased = limitPlan("t1", "k0", tenant, key);
+    const newKeys = (wave: number, from: number) =>
+      Array.from(
+        { length: 3 },
+        (_, i) =>
+          a.admit(req(limitPlan("t1", `k${wave}.${from + i}`, tenant, key))),
+      );
+    const end = windowOf("rpm", Date.now())[1] + 500;
+    let admitted = 0;
+    for (let wave = 0; Date.now() < end; wave++) {
+      // The leased key asks for its successor (in the next minute) while
+      // new keys of the same tenant wait for their commits.
+      const rs = await Promise.all([
+        ...Array.from({ length: 3 }, () => a.admit(req(leased))),
+        ...newKeys(wave, 0),
+        sleep(5).then(() => Promise.all(newKeys(wave, 3))),
+      ]);
+      for (const r of rs.flat()) {
+        assert.ok(r.ok && r.reservation);
+        admitted++;
+        await a.settle(r.reservation, 4);
+      }
+    }
+    await a.flush();
+    assert.ok(most <= 6, `a commit checked ${most} counters`);
+    assert.equal(await countReservations(store), 0);
+    assert.ok(admitted > 0);
     kv.close();
   } finally {
     Date.now = realNow;
