@@ -251,7 +251,10 @@ export class Lease {
   readonly reqCounters!: [string, string][];
   /** When it was granted. */
   readonly openedAt!: number;
-  /** When it may admit: its grant, or (a successor) when the lease before ends, or is used up if in the same windows. */
+  /**
+   * When it may admit: its grant; a successor, when the lease before ends
+   * (or is used up, when both count in the same windows).
+   */
   readonly opensAt!: number;
   /** Its first window end. */
   readonly windowEnd!: number;
@@ -640,7 +643,7 @@ export class Admitter {
     return l.shrinking;
   }
 
-  /** Closes the leases of `tenants` (all when null), successors too; returns the ones closed. */
+  /** Closes the leases of `tenants` (all when null; successors too); returns those closed. */
   #closeLeases(tenants: Set<string> | null): Lease[] {
     const closed: Lease[] = [];
     for (const l of [...this.#leases.values(), ...this.#next.values()]) {
