@@ -317,6 +317,14 @@ Deno.test("Admitter leases a quiet key the requests it made over the horizon", a
   kv.close();
 });
 
+/** Tenant limits far from any lease's reach. */
+const ROOMY = {
+  ...UNLIMITED,
+  rpm: 100_000,
+  tpm: 100_000_000,
+  concurrency: 10_000,
+};
+
 /** Admits one request at a time, every `everyMs`, until `until`; whether each came from a lease. */
 async function steadyKey(
   a: Admitter,
@@ -339,11 +347,7 @@ Deno.test("Admitter renews a steady key's lease before it ends: no request waits
   await awayFromMinuteEdge(8000);
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
-  const plan = limitPlan("t1", "k1", {
-    ...UNLIMITED,
-    rpm: 100_000,
-    concurrency: 10_000,
-  }, null);
+  const plan = limitPlan("t1", "k1", ROOMY, null);
   const a = new Admitter(store, { leaseMs: 300, renewDelayMs: 5 });
   const start = Date.now();
   const leased = await steadyKey(a, plan, Date.now() + 3000, 20);
@@ -362,20 +366,27 @@ Deno.test("Admitter renews a steady key's lease before it ends: no request waits
   kv.close();
 });
 
-Deno.test("Admitter renews a lease ending at a minute boundary in the next minute's windows", async () => {
-  // The clock runs 2.5 s before a minute boundary.
+/** Runs `f` with the clock (Date.now) `ms` before the next minute boundary. */
+async function beforeMinuteBoundary(
+  ms: number,
+  f: () => Promise<void>,
+): Promise<void> {
   const realNow = Date.now;
-  const skew = 60_000 - (realNow() % 60_000) - 2500;
+  const skew = 60_000 - (realNow() % 60_000) - ms;
   Date.now = () => realNow() + skew;
   try {
+    await f();
+  } finally {
+    Date.now = realNow;
+  }
+}
+
+Deno.test("Admitter renews a lease ending at a minute boundary in the next minute's windows", async () => {
+  // The clock runs 2.5 s before a minute boundary.
+  await beforeMinuteBoundary(2500, async () => {
     const kv = await Deno.openKv(":memory:");
     const store = await createStore(kv);
-    const plan = limitPlan("t1", "k1", {
-      ...UNLIMITED,
-      rpm: 100_000,
-      tpm: 100_000_000,
-      concurrency: 10_000,
-    }, null);
+    const plan = limitPlan("t1", "k1", ROOMY, null);
     const a = new Admitter(store, { renewDelayMs: 5 });
     const start = Date.now();
     const boundary = windowOf("rpm", start)[1];
@@ -401,18 +412,13 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
     assert.equal(await counterValue(store, "t:t1", "conc"), 0);
     assert.equal(await countReservations(store), 0);
     kv.close();
-  } finally {
-    Date.now = realNow;
-  }
+  });
 });
 
 Deno.test("Admitter keeps every commit within maxChecks, successors in the next minute's windows included", async () => {
   // The clock runs 2 s before a minute boundary: a successor counts in the
   // next minute, so it shares no counter with the requests admitted now.
-  const realNow = Date.now;
-  const skew = 60_000 - (realNow() % 60_000) - 2000;
-  Date.now = () => realNow() + skew;
-  try {
+  await beforeMinuteBoundary(2000, async () => {
     const kv = await Deno.openKv(":memory:");
     const store = await createStore(kv);
     let most = 0;
@@ -431,12 +437,7 @@ Deno.test("Admitter keeps every commit within maxChecks, successors in the next 
       op.commit = () => sleep(20).then(commit);
       return op;
     };
-    const tenant = {
-      ...UNLIMITED,
-      rpm: 100_000,
-      tpm: 100_000_000,
-      concurrency: 10_000,
-    };
+    const tenant = ROOMY;
     const key = { ...UNLIMITED, rpm: 100_000 };
     const a = new Admitter(store, { renewDelayMs: 0, maxChecks: 6 });
     const leased = limitPlan("t1", "k0", tenant, key);
@@ -467,9 +468,7 @@ Deno.test("Admitter keeps every commit within maxChecks, successors in the next 
     assert.equal(await countReservations(store), 0);
     assert.ok(admitted > 0);
     kv.close();
-  } finally {
-    Date.now = realNow;
-  }
+  });
 });
 
 Deno.test("Admitter leases never over-admit and give back idle capacity before refusing", async () => {

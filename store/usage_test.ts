@@ -15,6 +15,10 @@ import { nodeBusyMonth, tenantMonthTotals } from "./usage_month.ts";
 
 const rec = usageRecord;
 
+/** One record for each of `n` tenants (`t0`, `t1`, …). */
+const oneEach = (n: number) =>
+  Array.from({ length: n }, (_, i) => rec({ tenantId: `t${i}` }));
+
 Deno.test("writeUsage() rolls records up per tenant, key, model and hour; usageSeries() reads them", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
@@ -180,10 +184,7 @@ Deno.test("rollups needing several commits, written again after a later one fail
   const acc = new UsageRollups();
   // 200 tenants: 2 commits of records, then ~2,600 rollup sets, so the
   // first rollup commit lands before the second fails.
-  const batch = Array.from(
-    { length: 200 },
-    (_, i) => rec({ tenantId: `t${i}` }),
-  );
+  const batch = oneEach(200);
   failCommit(kv, 4);
   await assert.rejects(acc.write(store, batch), /KV went away/);
   assert.ok(acc.pending > 0, "the groups not known written stay pending");
@@ -204,10 +205,7 @@ Deno.test("UsageRollups writes groups dirtied together over the second half of t
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
-  const batch = Array.from(
-    { length: 200 },
-    (_, i) => rec({ tenantId: `t${i}` }),
-  );
+  const batch = oneEach(200);
   const t0 = Date.now();
   await acc.add(store, batch, 1000);
   const dirty = acc.pending;
