@@ -511,11 +511,14 @@ export class Admitter {
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
     // With half of leaseMs or less to go (a lease cut short by a window's
-    // end: at once), or half its requests used, its successor is asked for.
-    if (
-      (2 * (l.validUntil - now) <= this.#leaseMs || 2 * l.admitted >= l.n) &&
-      !this.#renewing.has(pk) && !this.#next.has(pk)
-    ) this.#renew(pk, l, req);
+    // end: at once), or half its requests used (then without delay: it may
+    // run out within it), its successor is asked for.
+    if (!this.#renewing.has(pk) && !this.#next.has(pk)) {
+      if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
+      else if (2 * (l.validUntil - now) <= this.#leaseMs) {
+        this.#renew(pk, l, req, this.#renewDelayMs);
+      }
+    }
     return {
       ok: true,
       reservation: {
@@ -546,7 +549,7 @@ export class Admitter {
    * ending at a minute boundary are renewed over the seconds before it, in
    * shared commits, not all at once after it.
    */
-  #renew(pk: string, l: Lease, req: AdmissionRequest): void {
+  #renew(pk: string, l: Lease, req: AdmissionRequest, delayMs: number): void {
     this.#renewing.add(pk);
     this.#renewals.push({
       req,
@@ -558,12 +561,17 @@ export class Admitter {
       resolve: () => this.#renewing.delete(pk),
       reject: () => this.#renewing.delete(pk), // KV down: asked again
     });
-    this.#renewTimer ??= setTimeout(() => {
+    if (this.#renewTimer !== undefined) {
+      if (delayMs > 0) return; // the armed timer takes it
+      clearTimeout(this.#renewTimer);
+    }
+    // A timer even for no delay: this may run inside #take.
+    this.#renewTimer = setTimeout(() => {
       this.#renewTimer = undefined;
       this.#pending.push(...this.#renewals);
       this.#renewals = [];
       this.#pump();
-    }, this.#renewDelayMs);
+    }, delayMs);
   }
 
   /** Stops a lease admitting; it settles once its last request is done. */
@@ -900,11 +908,13 @@ export class Admitter {
           reservation: null,
           view: renews.after.view,
         });
-        // Only for a lease still open, not granted a successor meanwhile.
-        if (
-          granted || renews.after.closing || this.#next.has(pk) ||
-          this.#leases.get(pk) !== renews.after
-        ) return;
+        // Not when a successor or a newer lease was granted meanwhile. A
+        // lease used up meanwhile (a burst) still gets it: it opens at once
+        // when in the same windows.
+        const open = this.#leases.get(pk);
+        if (granted || this.#next.has(pk) || (open && open !== renews.after)) {
+          return;
+        }
         const at = Math.max(now, renews.at);
         const opensAt = renews.early ? now : at;
         // A lease used faster than its rate predicted (a burst): its

@@ -308,8 +308,11 @@ Deno.test("Admitter leases a quiet key the requests it made over the horizon", a
   }
   // Seen once: no lease. Seen twice: its commit also leases 2 (the count
   // over the horizon), which admit the next two with no commit; then a
-  // commit leases 5, which admit the rest.
-  assert.deepEqual(leased, [false, false, true, true, false, true, true, true]);
+  // larger one admits the rest: its successor, asked for when it was half
+  // used (in the same windows it opens when the first runs out), or, when
+  // the first ends at the minute's end, a commit.
+  assert.deepEqual(leased.slice(0, 4), [false, false, true, true]);
+  assert.deepEqual(leased.slice(5), [true, true, true]);
   await a.flush();
   assert.equal(await rpmUsed(store, "t:t1", start), 8);
   assert.equal(await counterValue(store, "t:t1", "conc"), 0);
