@@ -191,20 +191,8 @@ interface Pending {
   req: AdmissionRequest;
   resolve: (a: Admission) => void;
   reject: (e: unknown) => void;
-  /** Set when this only grants the successor of a lease (no request admitted). */
-  renews?: Renewal;
-}
-
-/** A lease's successor to grant off the request path, before it ends. */
-interface Renewal {
-  after: Lease;
-  /** When `after` ends: the successor's span starts then. */
-  at: number;
-  /**
-   * Whether `after` ends before its windows do, so the successor counts in
-   * the same windows and may open as soon as `after` is used up.
-   */
-  early: boolean;
+  /** Set when this only grants the successor of this lease (no request admitted). */
+  renews?: Lease;
 }
 
 /** A release to add to one release counter: `[cacheId, key, n]`. */
@@ -553,11 +541,7 @@ export class Admitter {
     this.#renewing.add(pk);
     this.#renewals.push({
       req,
-      renews: {
-        after: l,
-        at: l.validUntil,
-        early: l.validUntil < l.windowEnd,
-      },
+      renews: l,
       resolve: () => this.#renewing.delete(pk),
       reject: () => this.#renewing.delete(pk), // KV down: asked again
     });
@@ -776,7 +760,7 @@ export class Admitter {
           // A successor counts in the windows it opens in.
           const [window, end] = windowOf(
             r.kind,
-            Math.max(now, p.renews?.at ?? 0),
+            Math.max(now, p.renews?.validUntil ?? 0),
           );
           const id = `${r.subject}\u0000${window}`;
           let c = counters.get(id);
@@ -903,39 +887,12 @@ export class Admitter {
       const pk = planKey(req.plan);
       const granted = leases.some((l) => l.planKey === pk);
       if (renews) {
-        admissions.push({
-          ok: true,
-          reservation: null,
-          view: renews.after.view,
-        });
+        admissions.push({ ok: true, reservation: null, view: renews.view });
         // Not when a successor or a newer lease was granted meanwhile. A
-        // lease used up meanwhile (a burst) still gets it: it opens at once
-        // when in the same windows.
+        // lease used up meanwhile (a burst) still gets it.
         const open = this.#leases.get(pk);
-        if (granted || this.#next.has(pk) || (open && open !== renews.after)) {
-          return;
-        }
-        const at = Math.max(now, renews.at);
-        const opensAt = renews.early ? now : at;
-        // A lease used faster than its rate predicted (a burst): its
-        // successor is sized at the pace it was used, up to 4 times it.
-        const prev = renews.after;
-        const pace = Math.min(
-          4 * prev.n,
-          Math.floor(
-            prev.admitted * this.#leaseMs / Math.max(1, now - prev.opensAt),
-          ),
-        );
-        const l = this.#grantLease(
-          pk,
-          req,
-          per[i]!,
-          now,
-          op,
-          at,
-          opensAt,
-          pace,
-        );
+        if (granted || this.#next.has(pk) || (open && open !== renews)) return;
+        const l = this.#grantSuccessor(renews, req, per[i]!, now, op);
         if (l) leases.push(l);
         return;
       }
@@ -949,6 +906,40 @@ export class Admitter {
       }
     });
     return { admissions, admitted, op, leases };
+  }
+
+  /**
+   * Adds `prev`'s successor to the commit: its span starts when `prev`
+   * ends, in the windows of that moment; it opens then, or, counting in
+   * the same windows as `prev`, as soon as `prev` is used up. A lease used
+   * faster than its rate predicted (a burst) gets one sized at the pace it
+   * was used, up to 4 times it.
+   */
+  #grantSuccessor(
+    prev: Lease,
+    req: AdmissionRequest,
+    cs: Counter[],
+    now: number,
+    op: Deno.AtomicOperation,
+  ): Lease | null {
+    const at = Math.max(now, prev.validUntil);
+    const sameWindows = prev.validUntil < prev.windowEnd;
+    const pace = Math.min(
+      4 * prev.n,
+      Math.floor(
+        prev.admitted * this.#leaseMs / Math.max(1, now - prev.opensAt),
+      ),
+    );
+    return this.#grantLease(
+      prev.planKey,
+      req,
+      cs,
+      now,
+      op,
+      at,
+      sameWindows ? now : at,
+      pace,
+    );
   }
 
   /**
