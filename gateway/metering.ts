@@ -5,8 +5,8 @@
  * many tenants are written a share at a time (in one batch a second), not
  * in one burst that stalls requests. A group busy in that time costs one KV
  * write however many records it took: with 1,000 quiet tenants, ~2 writes
- * per request instead of ~10. Expired reservations of crashed gateways are reclaimed every
- * `reclaimEveryMs`. `flush()` writes everything at once.
+ * per request instead of ~10. Expired reservations of crashed gateways are
+ * reclaimed every `reclaimEveryMs`. `flush()` writes everything at once.
  *
  * What a crash loses: records of the last `flushMs` and the rollups of the
  * last `rollupMs` (limits and quotas are unaffected: they are settled in

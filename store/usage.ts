@@ -163,9 +163,6 @@ export class UsageRollups {
   /** A record's groups by (tenant, key, model, node, hour). */
   readonly #byRecord = new Map<string, RecordGroups>();
   #nextSweep = 0;
-  /** The fold under way: when, and how long its newly dirty groups wait. */
-  #foldAt = 0;
-  #foldDelayMs = 0;
   #chain: Promise<void> = Promise.resolve();
 
   constructor(opts: UsageRollupsOptions = {}) {
@@ -262,8 +259,6 @@ export class UsageRollups {
    * lookup and a few additions (no key strings built per record).
    */
   #fold(records: UsageRecord[], now: number, delayMs: number): void {
-    this.#foldAt = now;
-    this.#foldDelayMs = delayMs;
     for (const r of records) {
       const t = Date.parse(r.at);
       const hour = Math.floor(t / 3_600_000);
@@ -293,30 +288,31 @@ export class UsageRollups {
           add(f, "ttft_sum", r.ttftMs!);
           f[ttftBucket] = (f[ttftBucket] ?? 0) + 1;
         }
-        this.#touch(g);
+        this.#touch(g, now, delayMs);
       }
       const tf = gs.tenant.f;
       tf.requests = (tf.requests ?? 0) + 1;
       add(tf, "tokens", r.promptTokens + r.completionTokens);
       add(tf, "errors", error);
-      this.#touch(gs.tenant);
+      this.#touch(gs.tenant, now, delayMs);
       const mf = gs.tenantModel.f;
       mf.requests = (mf.requests ?? 0) + 1;
       add(mf, "prompt", r.promptTokens);
       add(mf, "completion", r.completionTokens);
-      this.#touch(gs.tenantModel);
+      this.#touch(gs.tenantModel, now, delayMs);
       for (const g of [gs.node, gs.nodeTenant]) {
         if (!g) continue;
         add(g.f, "busy_ms", r.latencyMs);
-        this.#touch(g);
+        this.#touch(g, now, delayMs);
       }
     }
   }
 
-  #touch(g: Group): void {
+  /** Counts a fold into `g`; newly dirty, it is due `delayMs` after `now`, give or take half. */
+  #touch(g: Group, now: number, delayMs: number): void {
     g.version++;
     if (this.#dirty.has(g)) return;
-    g.due = this.#foldAt + this.#foldDelayMs * (0.5 + 0.5 * Math.random());
+    g.due = now + delayMs * (0.5 + 0.5 * Math.random());
     if (g.due < this.#nextDue) this.#nextDue = g.due;
     this.#dirty.add(g);
   }
