@@ -1,16 +1,18 @@
 /**
- * Writes usage off the client's critical path: records are queued and
- * written together every `flushMs`, and each rollup group they were folded
- * into within `rollupMs`: half to all of it, at random, so the groups of
- * many tenants are written a share at a time (in one batch a second), not
- * in one burst that stalls requests. A group busy in that time costs one KV
- * write however many records it took: with 1,000 quiet tenants, ~2 writes
- * per request instead of ~10. Expired reservations of crashed gateways are
- * reclaimed every `reclaimEveryMs`. `flush()` writes everything at once.
+ * Writes usage off the client's critical path: each record is folded into
+ * its rollup groups at once, and records and groups wait in memory to be
+ * written `rollupMs` after they changed: half to all of it, at random, so
+ * the groups of many tenants are written a share at a time (in one batch a
+ * second), not in one burst that stalls requests. A group busy in that time
+ * costs one KV write however many records it took, and a tenant's records
+ * share one value: with 1,000 quiet tenants, ~2 writes per request instead
+ * of ~10, and one B-tree page touched per tenant, not per request. Expired
+ * reservations of crashed gateways are reclaimed every `reclaimEveryMs`.
+ * `flush()` writes everything at once.
  *
- * What a crash loses: records of the last `flushMs` and the rollups of the
- * last `rollupMs` (limits and quotas are unaffected: they are settled in
- * KV by the admitter).
+ * What a crash loses: the records and rollups of the last `rollupMs`
+ * (limits and quotas are unaffected: they are settled in KV by the
+ * admitter).
  */
 import { reclaimExpired } from "../store/quota.ts";
 import type { Store } from "../store/store.ts";
@@ -27,9 +29,7 @@ export interface UsageWriterOptions {
   maxQueue?: number;
   /** How often crashed gateways' reservations are looked for (default 30 s). */
   reclaimEveryMs?: number;
-  /** How long a record may wait to share a write (default 250 ms). */
-  flushMs?: number;
-  /** How long a rollup group may wait to be written (default 10 s; it waits half to all of it). */
+  /** How long records and rollup groups may wait to be written (default 10 s; each waits half to all of it). */
   rollupMs?: number;
 }
 
@@ -41,21 +41,19 @@ export class UsageWriter {
   readonly #log: Logger;
   readonly #maxQueue: number;
   readonly #reclaimEveryMs: number;
-  readonly #flushMs: number;
   readonly #rollupMs: number;
-  #queue: UsageRecord[] = [];
   #running: Promise<boolean> | null = null;
   #lastReclaim = Date.now();
   /**
-   * When rollups may be written next: a tick after the last write (the
-   * groups due meanwhile share it), later after a failure (flush() writes
-   * at once).
+   * When the next write may start: a tick after the last one (what falls
+   * due meanwhile shares it), later after a failure (flush() writes at
+   * once).
    */
-  #rollupsAt = 0;
+  #writeAt = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   /** When the armed timer fires (epoch ms). */
   #timerDue = 0;
-  /** Records dropped because KV failed repeatedly or the queue overflowed. */
+  /** Records dropped because too many were waiting (KV failing for long). */
   dropped = 0;
 
   constructor(store: Store, log: Logger, opts: UsageWriterOptions = {}) {
@@ -64,33 +62,24 @@ export class UsageWriter {
     this.#log = log;
     this.#maxQueue = opts.maxQueue ?? 100_000;
     this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
-    this.#flushMs = opts.flushMs ?? 250;
     this.#rollupMs = opts.rollupMs ?? 10_000;
   }
 
-  /** Queues a record; returns at once. */
+  /** Folds a record into the rollups and keeps it to be written; returns at once. */
   add(r: UsageRecord): void {
-    if (this.#queue.length >= this.#maxQueue) {
+    if (this.#acc.waitingRecords >= this.#maxQueue) {
       this.dropped++;
       return;
     }
-    this.#queue.push(r);
+    this.#acc.add([r], this.#rollupMs);
     this.#schedule();
   }
 
-  /**
-   * Arms the timer for the next write: records soon, rollups later. A
-   * timer armed for rollups is brought forward when records arrive.
-   */
+  /** Arms the timer for the next write, when the first thing waiting is due. */
   #schedule(): void {
-    if (this.#running) return;
+    if (this.#running || this.#acc.pending === 0) return;
     const now = Date.now();
-    let due: number;
-    if (this.#queue.length > 0) {
-      due = now + (this.#queue.length >= 2000 ? 0 : this.#flushMs);
-    } else if (this.#acc.pending > 0) {
-      due = Math.max(now, this.#acc.nextDue, this.#rollupsAt);
-    } else return;
+    const due = Math.max(now, this.#acc.nextDue, this.#writeAt);
     if (this.#timer !== undefined) {
       if (this.#timerDue <= due) return;
       clearTimeout(this.#timer);
@@ -102,15 +91,13 @@ export class UsageWriter {
     }, due - now);
   }
 
-  /** Writes every queued record and rollup; resolves when all are written (or dropped). */
+  /** Writes every waiting record and rollup; resolves when all are written (or a write failed). */
   async flush(): Promise<void> {
     for (;;) {
       clearTimeout(this.#timer);
       this.#timer = undefined;
       if (!this.#running) {
-        if (this.#queue.length === 0 && this.#acc.pending === 0) {
-          return;
-        }
+        if (this.#acc.pending === 0) return;
         this.#start(true);
       }
       const failed = await this.#running!;
@@ -126,42 +113,17 @@ export class UsageWriter {
     });
   }
 
-  /**
-   * Writes one batch of records (up to 5000), and the rollups when due or
-   * `all`; resolves true when a write failed.
-   */
+  /** Writes what is due (everything when `all`); resolves true when a write failed. */
   async #write(all: boolean): Promise<boolean> {
-    const acc = this.#acc;
     let failed = false;
-    const batch = this.#queue.splice(0, 5000);
-    if (batch.length > 0) {
-      let ok = false;
-      for (let attempt = 0; attempt < 3 && !ok; attempt++) {
-        try {
-          await acc.add(this.#store, batch, this.#rollupMs);
-          ok = true;
-        } catch (e) {
-          this.#log.log("warn", "usage write failed", {
-            error: String(e),
-            attempt,
-          });
-        }
-      }
-      if (!ok) {
-        this.dropped += batch.length;
-        failed = true;
-      }
-    }
     const now = Date.now();
-    const dueBy = all && this.#queue.length === 0 ? Infinity : now;
-    if (acc.nextDue <= dueBy && (all || now >= this.#rollupsAt)) {
-      this.#rollupsAt = now + Math.min(1000, this.#rollupMs / 4);
-      await acc.writeRollups(this.#store, dueBy).catch((e) => {
-        failed = true; // the groups stay pending: written next time
-        this.#rollupsAt = now + this.#rollupMs / 2;
-        this.#log.log("warn", "usage rollup write failed", {
-          error: String(e),
-        });
+    const dueBy = all ? Infinity : now;
+    if (this.#acc.nextDue <= dueBy && (all || now >= this.#writeAt)) {
+      this.#writeAt = now + Math.min(1000, this.#rollupMs / 4);
+      await this.#acc.writeDue(this.#store, dueBy).catch((e) => {
+        failed = true; // what was due stays waiting: written next time
+        this.#writeAt = now + this.#rollupMs / 2;
+        this.#log.log("warn", "usage write failed", { error: String(e) });
       });
     }
     if (now - this.#lastReclaim >= this.#reclaimEveryMs) {

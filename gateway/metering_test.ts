@@ -13,11 +13,11 @@ const now = () => {
   };
 };
 
-/** A writer on a fresh in-memory store, flushing records every 10 ms. */
-async function writer(rollupMs: number) {
+/** A writer on a fresh in-memory store. */
+async function writer(rollupMs: number, maxQueue?: number) {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
-  const w = new UsageWriter(store, silentLogger, { flushMs: 10, rollupMs });
+  const w = new UsageWriter(store, silentLogger, { rollupMs, maxQueue });
   return { kv, store, w };
 }
 
@@ -34,25 +34,24 @@ async function waitFor(cond: () => Promise<boolean>, ms = 2000): Promise<void> {
   }
 }
 
-Deno.test("UsageWriter writes records within flushMs and their rollups within rollupMs", async () => {
+Deno.test("UsageWriter writes records and their rollups after half to all of rollupMs", async () => {
   const { kv, store, w } = await writer(300);
   const { at, q } = now();
   const t0 = Date.now();
   for (let i = 0; i < 5; i++) w.add(usageRecord({ at, tenantId: "ta" }));
+  // Folded at once; written later, together.
+  assert.equal(rollupsOf(store).waitingRecords, 5);
+  assert.equal(await records(store, "ta"), 0);
   await waitFor(async () => (await records(store, "ta")) === 5);
-  // Records are in KV; the rollups wait in memory, once per group.
-  assert.equal(
-    (await usageTotals(store, { ...q, tenantId: "ta" })).requests,
-    0,
-  );
-  assert.ok(rollupsOf(store).pending > 0);
+  assert.ok(Date.now() - t0 >= 150, "records were held half of rollupMs");
   await waitFor(async () =>
     (await usageTotals(store, { ...q, tenantId: "ta" })).requests === 5
   );
-  assert.ok(Date.now() - t0 >= 150, "rollups were held half of rollupMs");
-  // Each group is written after half to all of rollupMs.
   await waitFor(() => Promise.resolve(rollupsOf(store).pending === 0));
   assert.ok(Date.now() - t0 < 1000);
+  let values = 0;
+  for await (const _ of kv.list({ prefix: ["usage", "ta"] })) values++;
+  assert.equal(values, 1, "the tenant's records share one value");
   // flush() writes both at once.
   w.add(usageRecord({ at, tenantId: "ta" }));
   await w.flush();
@@ -64,12 +63,11 @@ Deno.test("UsageWriter writes records within flushMs and their rollups within ro
   kv.close();
 });
 
-Deno.test("UsageWriter keeps rollups whose write failed and writes them once KV is back", async () => {
+Deno.test("UsageWriter keeps records and rollups whose write failed and writes them once KV is back", async () => {
   const { kv, store, w } = await writer(60_000);
   const { at, q } = now();
   w.add(usageRecord({ at, tenantId: "ta" }));
   w.add(usageRecord({ at, tenantId: "tb" }));
-  await waitFor(async () => (await records(store, "tb")) === 1);
   const atomic = kv.atomic.bind(kv);
   kv.atomic = () => {
     const op = atomic();
@@ -87,19 +85,21 @@ Deno.test("UsageWriter keeps rollups whose write failed and writes them once KV 
     (await usageTotals(store, { ...q, tenantId: "ta" })).requests,
     1,
   );
+  assert.equal(await records(store, "ta"), 1);
+  assert.equal(await records(store, "tb"), 1);
   kv.close();
 });
 
-Deno.test("UsageWriter writes new records within flushMs while rollups wait for rollupMs", async () => {
-  const { kv, store, w } = await writer(60_000);
+Deno.test("UsageWriter drops and counts records past maxQueue waiting", async () => {
+  const { kv, store, w } = await writer(60_000, 3);
   const { at } = now();
+  for (let i = 0; i < 5; i++) w.add(usageRecord({ at, tenantId: "ta" }));
+  assert.equal(w.dropped, 2);
+  assert.equal(rollupsOf(store).waitingRecords, 3);
+  await w.flush();
+  assert.equal(await records(store, "ta"), 3);
   w.add(usageRecord({ at, tenantId: "ta" }));
-  await waitFor(async () => (await records(store, "ta")) === 1);
-  assert.ok(rollupsOf(store).pending > 0, "rollups wait");
-  const t0 = Date.now();
-  w.add(usageRecord({ at, tenantId: "ta" }));
-  await waitFor(async () => (await records(store, "ta")) === 2);
-  assert.ok(Date.now() - t0 < 1000, "not held back by the rollup timer");
+  assert.equal(w.dropped, 2, "room again once written");
   await w.flush();
   kv.close();
 });

@@ -24,6 +24,17 @@ export function pageSize(limit: number | undefined): number {
   return Math.min(limit, 200);
 }
 
+/** A KV list cursor from a client, checked (undefined when none). */
+export function checkCursor(
+  cursor: string | null | undefined,
+): string | undefined {
+  if (!cursor) return undefined;
+  if (cursor.length > 1024 || !/^[A-Za-z0-9_\-+/=]+$/.test(cursor)) {
+    throw new ValidationError("cursor is invalid", "cursor");
+  }
+  return cursor;
+}
+
 /**
  * Lists one page of `selector`, mapping each value with `map` (return null
  * to skip an entry; skipped entries still advance the cursor).
@@ -35,12 +46,7 @@ export async function listPage<V, T>(
   map: (value: V, key: Deno.KvKey) => T | null | Promise<T | null>,
 ): Promise<Page<T>> {
   const limit = pageSize(opts.limit);
-  const cursor = opts.cursor || undefined;
-  if (
-    cursor && (cursor.length > 1024 || !/^[A-Za-z0-9_\-+/=]+$/.test(cursor))
-  ) {
-    throw new ValidationError("cursor is invalid", "cursor");
-  }
+  const cursor = checkCursor(opts.cursor);
   const iter = kv.list<V>(selector, {
     limit,
     cursor,

@@ -57,6 +57,53 @@ Deno.test("writeUsage() rolls records up per tenant, key, model and hour; usageS
   kv.close();
 });
 
+Deno.test("a tenant's records written together share values; listUsageRecords() pages through them newest first, each once", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  // The longest model name, in two-byte characters: values still fit.
+  const model = "模".repeat(256);
+  const id = (i: number) => `r${String(i).padStart(3, "0")}`;
+  await acc.write(
+    store,
+    Array.from({ length: 100 }, (_, i) => rec({ id: id(i), model })),
+  );
+  await acc.write(store, [rec({ id: id(100) }), rec({ id: id(101) })]);
+  await acc.write(store, [rec({ id: "other", tenantId: "tb" })]);
+  // An earlier version wrote one record per value.
+  await kv.set(k.usageRecord("ta", "q000"), rec({ id: "q000" }));
+  let values = 0;
+  for await (const _ of kv.list({ prefix: k.usageRecordPrefix("ta") })) {
+    values++;
+  }
+  assert.equal(values, 5, "48 + 48 + 4, 2, and the old one");
+  const all = ["q000", ...Array.from({ length: 102 }, (_, i) => id(i))];
+  for (const reverse of [true, false]) {
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = await listUsageRecords(store, "ta", {
+        limit: 7,
+        cursor,
+        reverse,
+      });
+      assert.ok(page.items.length <= 7);
+      seen.push(...page.items.map((r) => r.id));
+      cursor = page.cursor;
+    } while (cursor);
+    assert.deepEqual(seen, reverse ? all.toReversed() : all);
+  }
+  await assert.rejects(
+    listUsageRecords(store, "ta", { cursor: "x-" }),
+    /cursor is invalid/,
+  );
+  await assert.rejects(
+    listUsageRecords(store, "ta", { cursor: "3-a.b" }),
+    /cursor is invalid/,
+  );
+  kv.close();
+});
+
 Deno.test("percentile() returns the bucket bound holding the quantile", () => {
   assert.equal(percentile([0, 0, 0], 0.5), null);
   assert.equal(percentile([1, 1, 0, 2], 0.5), 50);
@@ -99,7 +146,7 @@ Deno.test("rollups are one value per group and writer; two gateways' writers bot
   kv.close();
 });
 
-Deno.test("a batch retried after a failed commit is counted once", async () => {
+Deno.test("a write that failed leaves its records and rollups waiting; the next writes each once", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
@@ -120,12 +167,16 @@ Deno.test("a batch retried after a failed commit is counted once", async () => {
   };
   const batch = [rec({}), rec({ tenantId: "tb" })];
   await assert.rejects(acc.write(store, batch), /KV went away/);
-  await acc.write(store, batch);
+  assert.equal(acc.waitingRecords, 2);
+  await acc.writeDue(store);
+  assert.equal(acc.pending, 0);
   assert.equal(
     (await usageTotals(store, { ...HOURS, tenantId: "ta" })).requests,
     2,
   );
   assert.equal((await usageTotals(store, HOURS)).requests, 3);
+  assert.equal((await listUsageRecords(store, "ta")).items.length, 2);
+  assert.equal((await listUsageRecords(store, "tb")).items.length, 1);
   kv.close();
 });
 
@@ -187,8 +238,9 @@ Deno.test("rollups needing several commits, written again after a later one fail
   const batch = oneEach(200);
   failCommit(kv, 4);
   await assert.rejects(acc.write(store, batch), /KV went away/);
+  assert.equal(acc.waitingRecords, 0, "the records landed");
   assert.ok(acc.pending > 0, "the groups not known written stay pending");
-  await acc.writeRollups(store);
+  await acc.writeDue(store);
   assert.equal(acc.pending, 0);
   let requests = 0;
   for (let i = 0; i < 200; i++) {
@@ -201,24 +253,24 @@ Deno.test("rollups needing several commits, written again after a later one fail
   kv.close();
 });
 
-Deno.test("UsageRollups writes groups dirtied together over the second half of their delay, each once", async () => {
+Deno.test("UsageRollups writes groups and records that came together over the second half of their delay, each once", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
   const batch = oneEach(200);
   const t0 = Date.now();
-  await acc.add(store, batch, 1000);
+  acc.add(batch, 1000);
   const dirty = acc.pending;
   assert.ok(acc.nextDue >= t0 + 500 && acc.nextDue <= t0 + 1100);
-  await acc.writeRollups(store, t0 + 490);
+  await acc.writeDue(store, t0 + 490);
   assert.equal(acc.pending, dirty, "none is due before half the delay");
-  await acc.writeRollups(store, t0 + 750);
+  await acc.writeDue(store, t0 + 750);
   assert.ok(
     acc.pending > dirty * 0.2 && acc.pending < dirty * 0.8,
     `${acc.pending} of ${dirty} left: the writes spread`,
   );
   assert.ok(acc.nextDue > t0 + 750);
-  await acc.writeRollups(store, Date.now() + 1000);
+  await acc.writeDue(store, Date.now() + 1000);
   assert.equal(acc.pending, 0);
   assert.equal(acc.nextDue, Infinity);
   assert.equal((await usageTotals(store, HOURS)).requests, 200);
