@@ -5,14 +5,17 @@
  * the groups of many tenants are written a share at a time (in one batch a
  * second), not in one burst that stalls requests. A group busy in that time
  * costs one KV write however many records it took, and a tenant's records
- * share one value: with 1,000 quiet tenants, ~2 writes per request instead
- * of ~10, and one B-tree page touched per tenant, not per request. Expired
- * reservations of crashed gateways are reclaimed every `reclaimEveryMs`.
- * `flush()` writes everything at once.
+ * share one value: one B-tree page touched per tenant, not per request.
+ * When more are due than `maxWritesPerSecond`, those waiting longest go
+ * first and the rest wait (busy groups take more records meanwhile, for the
+ * same write), at most MAX_WAIT_MS past due: 1,000 busy tenants' ~10,000
+ * values cost 500 writes a second, not 1,300. Expired reservations of
+ * crashed gateways are reclaimed every `reclaimEveryMs`. `flush()` writes
+ * everything at once.
  *
- * What a crash loses: the records and rollups of the last `rollupMs`
- * (limits and quotas are unaffected: they are settled in KV by the
- * admitter).
+ * What a crash loses: the records and rollups of the last `rollupMs`, or
+ * up to MAX_WAIT_MS more while writes are over budget (limits and quotas
+ * are unaffected: they are settled in KV by the admitter).
  */
 import { reclaimExpired } from "../store/quota.ts";
 import type { Store } from "../store/store.ts";
@@ -31,7 +34,15 @@ export interface UsageWriterOptions {
   reclaimEveryMs?: number;
   /** How long records and rollup groups may wait to be written (default 10 s; each waits half to all of it). */
   rollupMs?: number;
+  /**
+   * Most values written a second when more are due (default 500): the
+   * rest wait, longest first, but none more than MAX_WAIT_MS.
+   */
+  maxWritesPerSecond?: number;
 }
+
+/** The longest anything waits to be written when more than `maxWritesPerSecond` are due. */
+const MAX_WAIT_MS = 30_000;
 
 /** Batches usage records and their rollups into KV. */
 export class UsageWriter {
@@ -42,6 +53,9 @@ export class UsageWriter {
   readonly #maxQueue: number;
   readonly #reclaimEveryMs: number;
   readonly #rollupMs: number;
+  readonly #maxWritesPerSecond: number;
+  /** Time between writes: what falls due meanwhile shares one. */
+  readonly #tickMs: number;
   #running: Promise<boolean> | null = null;
   #lastReclaim = Date.now();
   /**
@@ -63,6 +77,8 @@ export class UsageWriter {
     this.#maxQueue = opts.maxQueue ?? 100_000;
     this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
     this.#rollupMs = opts.rollupMs ?? 10_000;
+    this.#maxWritesPerSecond = opts.maxWritesPerSecond ?? 500;
+    this.#tickMs = Math.min(1000, this.#rollupMs / 4);
   }
 
   /** Folds a record into the rollups and keeps it to be written; returns at once. */
@@ -119,8 +135,16 @@ export class UsageWriter {
     const now = Date.now();
     const dueBy = all ? Infinity : now;
     if (this.#acc.nextDue <= dueBy && (all || now >= this.#writeAt)) {
-      this.#writeAt = now + Math.min(1000, this.#rollupMs / 4);
-      await this.#acc.writeDue(this.#store, dueBy).catch((e) => {
+      this.#writeAt = now + this.#tickMs;
+      // A share a tick; more when so many wait that some would wait longer
+      // than MAX_WAIT_MS.
+      const max = all ? Infinity : Math.ceil(
+        Math.max(
+          this.#maxWritesPerSecond * this.#tickMs / 1000,
+          this.#acc.pending * this.#tickMs / MAX_WAIT_MS,
+        ),
+      );
+      await this.#acc.writeDue(this.#store, dueBy, max).catch((e) => {
         failed = true; // what was due stays waiting: written next time
         this.#writeAt = now + this.#rollupMs / 2;
         this.#log.log("warn", "usage write failed", { error: String(e) });

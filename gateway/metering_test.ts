@@ -14,10 +14,13 @@ const now = () => {
 };
 
 /** A writer on a fresh in-memory store. */
-async function writer(rollupMs: number, maxQueue?: number) {
+async function writer(
+  rollupMs: number,
+  opts: { maxQueue?: number; maxWritesPerSecond?: number } = {},
+) {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
-  const w = new UsageWriter(store, silentLogger, { rollupMs, maxQueue });
+  const w = new UsageWriter(store, silentLogger, { rollupMs, ...opts });
   return { kv, store, w };
 }
 
@@ -91,7 +94,7 @@ Deno.test("UsageWriter keeps records and rollups whose write failed and writes t
 });
 
 Deno.test("UsageWriter drops and counts records past maxQueue waiting", async () => {
-  const { kv, store, w } = await writer(60_000, 3);
+  const { kv, store, w } = await writer(60_000, { maxQueue: 3 });
   const { at } = now();
   for (let i = 0; i < 5; i++) w.add(usageRecord({ at, tenantId: "ta" }));
   assert.equal(w.dropped, 2);
@@ -101,5 +104,38 @@ Deno.test("UsageWriter drops and counts records past maxQueue waiting", async ()
   w.add(usageRecord({ at, tenantId: "ta" }));
   assert.equal(w.dropped, 2, "room again once written");
   await w.flush();
+  kv.close();
+});
+
+Deno.test("UsageWriter writes at most maxWritesPerSecond values a second when more are due, and all in the end", async () => {
+  // A tick every 100 ms, 5 values each (50 a second).
+  const { kv, store, w } = await writer(400, { maxWritesPerSecond: 50 });
+  const { at, q } = now();
+  for (let i = 0; i < 10; i++) {
+    w.add(usageRecord({ at, tenantId: `t${i}`, keyId: `k${i}` }));
+  }
+  const acc = rollupsOf(store);
+  const waiting = acc.pending; // 10 tenants' records and ~9 groups each
+  let sets = 0;
+  const atomic = kv.atomic.bind(kv);
+  kv.atomic = () => {
+    const op = atomic();
+    const set = op.set.bind(op);
+    op.set = (...a) => {
+      sets++;
+      return set(...a);
+    };
+    return op;
+  };
+  const t0 = Date.now();
+  await waitFor(() => Promise.resolve(acc.pending === 0), 10_000);
+  const seconds = (Date.now() - t0) / 1000;
+  assert.ok(sets >= waiting, `${sets} sets for ${waiting} values`);
+  assert.ok(
+    sets <= 50 * seconds + 5,
+    `${sets} sets in ${seconds.toFixed(1)} s: over budget`,
+  );
+  assert.ok(seconds >= waiting / 50 - 1, "spread over several ticks");
+  assert.equal((await usageTotals(store, q)).requests, 10);
   kv.close();
 });

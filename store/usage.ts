@@ -252,13 +252,24 @@ export class UsageRollups {
   }
 
   /**
-   * Writes what is due by `dueBy` (default: everything): records first,
-   * then rollup groups. On failure they stay waiting. Calls are serialized.
+   * Writes what is due by `dueBy` (default: everything), at most `max`
+   * values of it, waiting longest first: tenants' records, then rollup
+   * groups. On failure they stay waiting. Calls are serialized.
    */
-  writeDue(store: Store, dueBy = Infinity): Promise<void> {
+  writeDue(store: Store, dueBy = Infinity, max = Infinity): Promise<void> {
     return this.#serial(async () => {
-      const chunks = [...this.#records.values()].filter((c) => c.due <= dueBy);
-      const groups = [...this.#dirty].filter((g) => g.due <= dueBy);
+      // Maps and sets iterate in insertion order: a group or tenant joins
+      // the end when it starts waiting, and stays put until written.
+      const chunks: RecordChunk[] = [];
+      for (const c of this.#records.values()) {
+        if (chunks.length >= max) break;
+        if (c.due <= dueBy) chunks.push(c);
+      }
+      const groups: Group[] = [];
+      for (const g of this.#dirty) {
+        if (chunks.length + groups.length >= max) break;
+        if (g.due <= dueBy) groups.push(g);
+      }
       // Keys in order: each commit then touches fewer SQLite pages (~25% less CPU).
       chunks.sort((a, b) => a.tenantId < b.tenantId ? -1 : 1);
       groups.sort((a, b) => a.id < b.id ? -1 : 1);

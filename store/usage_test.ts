@@ -278,6 +278,34 @@ Deno.test("UsageRollups writes groups and records that came together over the se
   kv.close();
 });
 
+Deno.test("writeDue() writes at most `max` values, those waiting longest first", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  acc.add([rec({ tenantId: "t0" })]);
+  const first = acc.pending; // t0's records and its groups
+  acc.add(oneEach(3).slice(1)); // t1, t2: new records and groups, some shared
+  const all = acc.pending;
+  const tenant = async (t: string) =>
+    (await usageTotals(store, { ...HOURS, tenantId: t })).requests;
+  // Records first, oldest first.
+  await acc.writeDue(store, Infinity, 1);
+  assert.equal(acc.waitingRecords, 2, "t0's records went first");
+  assert.equal((await listUsageRecords(store, "t0")).items.length, 1);
+  assert.equal((await listUsageRecords(store, "t1")).items.length, 0);
+  await acc.writeDue(store, Infinity, 2);
+  assert.equal(acc.waitingRecords, 0, "then t1's and t2's");
+  // Then groups, oldest first: t0's (they went dirty first).
+  await acc.writeDue(store, Infinity, first - 1);
+  assert.equal(acc.pending, all - 3 - (first - 1));
+  assert.equal(await tenant("t0"), 1);
+  assert.equal(await tenant("t1"), 0);
+  await acc.writeDue(store);
+  assert.equal(acc.pending, 0);
+  assert.equal((await usageTotals(store, HOURS)).requests, 3);
+  kv.close();
+});
+
 Deno.test("concurrent writeUsage() calls: rollups equal the sum of the records", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
