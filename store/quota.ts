@@ -244,6 +244,8 @@ export class Lease {
    * (or is used up, when both count in the same windows).
    */
   readonly opensAt!: number;
+  /** When it began admitting (a successor opens when its predecessor is done). */
+  since: number;
   /** Its first window end. */
   readonly windowEnd!: number;
   /**
@@ -269,6 +271,7 @@ export class Lease {
     view: QuotaView;
   }) {
     Object.assign(this, init);
+    this.since = init.opensAt;
     this.tokensReserved = init.res.tokens;
     this.unitsHeld = init.n;
   }
@@ -478,6 +481,39 @@ export class Admitter {
   }
 
   /**
+   * When a lease's successor starts, and so which windows it counts in:
+   * when the lease ends; but at once, in the lease's own windows, when a
+   * lease cut short by its window's end would be used up before then (else
+   * each request until that window ends would wait for a commit). Its pace
+   * (from its second request on) and the plan's average rate must both say
+   * so: a bursty key's lease that would run out only if its burst went on
+   * gets its successor past the window's end.
+   */
+  #successorStart(prev: Lease, now: number): number {
+    if (prev.validUntil >= prev.windowEnd && prev.admitted >= 2) {
+      // Its pace, counted from its first request (a successor opens with it).
+      const perMs = Math.min(
+        (prev.admitted - 1) / Math.max(1, now - prev.since),
+        this.#perMs(prev.planKey, now),
+      );
+      const left = prev.n - prev.admitted;
+      if (now + left / perMs < prev.validUntil) return now;
+    }
+    return Math.max(now, prev.validUntil);
+  }
+
+  /**
+   * A plan's requests a ms: over the last `leaseMs`, or, seen for less
+   * time, over the time it was seen (a second at least).
+   */
+  #perMs(pk: string, now: number): number {
+    const r = this.#rates.get(pk);
+    if (!r) return 0;
+    if (r.last > 0) return this.#expected(pk, now) / this.#leaseMs;
+    return r.count / Math.max(1000, now - r.since);
+  }
+
+  /**
    * Admits from the plan's open lease, when it has room: no KV write. A
    * lease that has ended or is used up closes, and its successor, once
    * open, takes over.
@@ -498,14 +534,18 @@ export class Admitter {
     l.admitted++;
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
-    // With half of leaseMs or less to go (a lease cut short by a window's
-    // end: at once), or half its requests used (then without delay: it may
-    // run out within it), its successor is asked for.
+    // With half of leaseMs or less to go, or half its requests used (then
+    // without delay: it may run out within it), its successor is asked for.
+    // A lease cut short by its window's end asks from its second request on:
+    // its pace then tells which windows the successor counts in (see
+    // #successorStart). A key quieter than that commits once after the end.
     if (!this.#renewing.has(pk) && !this.#next.has(pk)) {
+      const toGo = l.validUntil - now;
       if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
-      else if (2 * (l.validUntil - now) <= this.#leaseMs) {
-        this.#renew(pk, l, req, this.#renewDelayMs);
-      }
+      else if (
+        2 * toGo <= this.#leaseMs &&
+        (l.admitted >= 2 || l.validUntil < l.windowEnd)
+      ) this.#renew(pk, l, req, this.#renewDelayMs);
     }
     return {
       ok: true,
@@ -526,6 +566,7 @@ export class Admitter {
     const s = this.#next.get(pk);
     if (!s || now < s.opensAt) return undefined;
     this.#next.delete(pk);
+    s.since = now;
     this.#activate(s);
     return s;
   }
@@ -757,10 +798,10 @@ export class Admitter {
       const counters = new Map<string, Counter>();
       const per = batch.map((p) =>
         p.req.plan.rules.map((r) => {
-          // A successor counts in the windows it opens in.
+          // A successor counts in the windows it starts in.
           const [window, end] = windowOf(
             r.kind,
-            Math.max(now, p.renews?.validUntil ?? 0),
+            p.renews ? this.#successorStart(p.renews, now) : now,
           );
           const id = `${r.subject}\u0000${window}`;
           let c = counters.get(id);
@@ -910,8 +951,9 @@ export class Admitter {
 
   /**
    * Adds `prev`'s successor to the commit: its span starts when `prev`
-   * ends, in the windows of that moment; it opens then, or, counting in
-   * the same windows as `prev`, as soon as `prev` is used up. A lease used
+   * ends, in the windows of that moment, or earlier (see #successorStart);
+   * it opens then, or, counting in the same windows as `prev`, as soon as
+   * `prev` is used up. A lease used
    * faster than its rate predicted (a burst) gets one sized at the pace it
    * was used, up to 4 times it.
    */
@@ -922,12 +964,12 @@ export class Admitter {
     now: number,
     op: Deno.AtomicOperation,
   ): Lease | null {
-    const at = Math.max(now, prev.validUntil);
-    const sameWindows = prev.validUntil < prev.windowEnd;
+    const at = this.#successorStart(prev, now);
+    const sameWindows = at < prev.windowEnd;
     const pace = Math.min(
       4 * prev.n,
       Math.floor(
-        prev.admitted * this.#leaseMs / Math.max(1, now - prev.opensAt),
+        prev.admitted * this.#leaseMs / Math.max(1, now - prev.since),
       ),
     );
     return this.#grantLease(

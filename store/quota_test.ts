@@ -418,6 +418,39 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
   });
 });
 
+Deno.test("Admitter gives a lease used up before its window ends a successor in that window: no request waits for a commit", async () => {
+  // The clock runs 3 s before a minute boundary; every lease of the
+  // minute ends there, and holds 40 requests: under a second's worth.
+  await beforeMinuteBoundary(3000, async () => {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", ROOMY, null);
+    const a = new Admitter(store, { renewDelayMs: 5, maxLease: 40 });
+    const start = Date.now();
+    const boundary = windowOf("rpm", start)[1];
+    const burst = await steadyKey(a, plan, start + 300, 0);
+    const leased = await steadyKey(a, plan, boundary + 500, 10);
+    // Several leases were used up before the boundary: each one's
+    // successor counted in the same minute and took over at once. (Where
+    // the pace of the last one misleads, one request may commit at the
+    // boundary or just before it.)
+    assert.ok(leased.length > 150, `${leased.length} requests`);
+    const committed = leased.flatMap((l, i) => l ? [] : [i]);
+    assert.ok(committed.length <= 1, `committed on the path: ${committed}`);
+    await a.flush();
+    const [before] = windowOf("rpm", start);
+    const [after] = windowOf("rpm", boundary);
+    const used = [
+      await counterValue(store, "t:t1", before),
+      await counterValue(store, "t:t1", after),
+    ];
+    assert.ok(used[0]! > 80 && used[1]! > 0, `${used}`);
+    assert.equal(used[0]! + used[1]!, burst.length + leased.length);
+    assert.equal(await countReservations(store), 0);
+    kv.close();
+  });
+});
+
 Deno.test("Admitter keeps every commit within maxChecks, successors in the next minute's windows included", async () => {
   // The clock runs 2 s before a minute boundary: a successor counts in the
   // next minute, so it shares no counter with the requests admitted now.
