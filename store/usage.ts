@@ -93,8 +93,11 @@ const MAX_MUTATIONS = 100;
  * well under KV's 64 KiB.
  */
 export const RECORDS_PER_VALUE = 48;
-/** Most records in one atomic write (KV allows 800 KiB in all). */
-const RECORDS_PER_COMMIT = 480;
+/**
+ * Most records in one atomic write (KV allows 800 KiB in all): ~0.5 ms of
+ * serialization on the main thread.
+ */
+const RECORDS_PER_COMMIT = 96;
 
 /**
  * A rollup group's totals, the value stored under each shard key: field
@@ -482,28 +485,28 @@ function recordSets(c: RecordChunk): KvSet[] {
 
 /**
  * Writes `sets` in order, in atomic writes of at most MAX_MUTATIONS sets
- * and RECORDS_PER_COMMIT records each.
+ * and RECORDS_PER_COMMIT records each. Each write's values are serialized
+ * on the main thread, and a write of a fast store can complete without
+ * the event loop turning, so requests get a turn between writes.
  */
 async function commitAll(kv: Deno.Kv, sets: KvSet[]): Promise<void> {
-  let op: Deno.AtomicOperation | null = null;
-  let n = 0;
-  let records = 0;
-  for (const [key, value, opts, inValue = 0] of sets) {
-    if (
-      op && (n === MAX_MUTATIONS || records + inValue > RECORDS_PER_COMMIT)
-    ) {
-      await commit(op);
-      op = null;
+  let i = 0;
+  while (i < sets.length) {
+    if (i > 0) await new Promise((r) => setTimeout(r, 0));
+    const op = kv.atomic();
+    let n = 0;
+    let records = 0;
+    for (; i < sets.length; i++) {
+      const [key, value, opts, inValue = 0] = sets[i]!;
+      if (
+        n === MAX_MUTATIONS || (n > 0 && records + inValue > RECORDS_PER_COMMIT)
+      ) break;
+      op.set(key, value, opts);
+      n++;
+      records += inValue;
     }
-    if (!op) {
-      op = kv.atomic();
-      n = records = 0;
-    }
-    op.set(key, value, opts);
-    n++;
-    records += inValue;
+    await commit(op);
   }
-  if (op) await commit(op);
 }
 
 async function commit(op: Deno.AtomicOperation): Promise<void> {
