@@ -9,7 +9,7 @@ import {
   settle,
   windowOf,
 } from "./quota.ts";
-import { createStore } from "./store.ts";
+import { createStore, type Store } from "./store.ts";
 import { UNLIMITED } from "./limits.ts";
 import { awayFromMinuteEdge } from "../gateway/_testing.ts";
 
@@ -384,6 +384,15 @@ async function beforeMinuteBoundary(
   }
 }
 
+/** Tenant t1's requests counted in the minute of `at` and in the next. */
+async function twoMinutes(store: Store, at: number): Promise<number[]> {
+  const [minute, end] = windowOf("rpm", at);
+  return [
+    await counterValue(store, "t:t1", minute),
+    await counterValue(store, "t:t1", windowOf("rpm", end)[0]),
+  ];
+}
+
 Deno.test("Admitter renews a lease ending at a minute boundary in the next minute's windows", async () => {
   // The clock runs 2.5 s before a minute boundary.
   await beforeMinuteBoundary(2500, async () => {
@@ -404,12 +413,7 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
       `committed on the path: ${leased.flatMap((l, i) => l ? [] : [i])}`,
     );
     await a.flush();
-    const [before] = windowOf("rpm", start);
-    const [after] = windowOf("rpm", boundary);
-    const used = [
-      await counterValue(store, "t:t1", before),
-      await counterValue(store, "t:t1", after),
-    ];
+    const used = await twoMinutes(store, start);
     assert.ok(used[0]! > 0 && used[1]! > 0, `${used}`);
     assert.equal(used[0]! + used[1]!, burst.length + leased.length);
     assert.equal(await counterValue(store, "t:t1", "conc"), 0);
@@ -438,12 +442,7 @@ Deno.test("Admitter gives a lease used up before its window ends a successor in 
     const committed = leased.flatMap((l, i) => l ? [] : [i]);
     assert.ok(committed.length <= 1, `committed on the path: ${committed}`);
     await a.flush();
-    const [before] = windowOf("rpm", start);
-    const [after] = windowOf("rpm", boundary);
-    const used = [
-      await counterValue(store, "t:t1", before),
-      await counterValue(store, "t:t1", after),
-    ];
+    const used = await twoMinutes(store, start);
     assert.ok(used[0]! > 80 && used[1]! > 0, `${used}`);
     assert.equal(used[0]! + used[1]!, burst.length + leased.length);
     assert.equal(await countReservations(store), 0);
