@@ -75,6 +75,7 @@ export const k = {
   reservationPrefix: () => ["reservation"] as const,
 
   // usage metering
+  /** A tenant's records written together (an array), under the first one's id. */
   usageRecord: (tenantId: string, id: string) =>
     ["usage", tenantId, id] as const,
   usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
