@@ -796,13 +796,14 @@ export class Admitter {
     for (let attempt = 0; attempt < this.#maxAttempts; attempt++) {
       const now = Date.now();
       const counters = new Map<string, Counter>();
-      const per = batch.map((p) =>
+      // A successor counts in the windows it starts in, decided once here:
+      // its lease may admit more while this commit waits for reads.
+      const starts = batch.map((p) =>
+        p.renews ? this.#successorStart(p.renews, now) : now
+      );
+      const per = batch.map((p, i) =>
         p.req.plan.rules.map((r) => {
-          // A successor counts in the windows it starts in.
-          const [window, end] = windowOf(
-            r.kind,
-            p.renews ? this.#successorStart(p.renews, now) : now,
-          );
+          const [window, end] = windowOf(r.kind, starts[i]!);
           const id = `${r.subject}\u0000${window}`;
           let c = counters.get(id);
           if (!c) {
@@ -842,7 +843,7 @@ export class Admitter {
           this.#cacheAdmitted(c.id, c);
         });
       }
-      let out = this.#decideAll(batch, per, now);
+      let out = this.#decideAll(batch, per, starts, now);
       const refused = out.admissions.flatMap((a, i) => a.ok ? [] : [i]);
       if (refused.length > 0) {
         // Before refusing: this tenant's leases close, our own releases
@@ -862,7 +863,7 @@ export class Admitter {
           });
         }
         for (const c of all) c.added = 0;
-        out = this.#decideAll(batch, per, now);
+        out = this.#decideAll(batch, per, starts, now);
       }
       if (out.admitted === 0 && out.leases.length === 0) {
         return out.admissions;
@@ -919,7 +920,12 @@ export class Admitter {
     this.#releasedCache.set(id, value);
   }
 
-  #decideAll(batch: Pending[], per: Counter[][], now: number) {
+  #decideAll(
+    batch: Pending[],
+    per: Counter[][],
+    starts: number[],
+    now: number,
+  ) {
     const op = this.#store.kv.atomic();
     const admissions: Admission[] = [];
     const leases: Lease[] = [];
@@ -933,7 +939,14 @@ export class Admitter {
         // lease used up meanwhile (a burst) still gets it.
         const open = this.#leases.get(pk);
         if (granted || this.#next.has(pk) || (open && open !== renews)) return;
-        const l = this.#grantSuccessor(renews, req, per[i]!, now, op);
+        const l = this.#grantSuccessor(
+          renews,
+          starts[i]!,
+          req,
+          per[i]!,
+          now,
+          op,
+        );
         if (l) leases.push(l);
         return;
       }
@@ -950,21 +963,20 @@ export class Admitter {
   }
 
   /**
-   * Adds `prev`'s successor to the commit: its span starts when `prev`
-   * ends, in the windows of that moment, or earlier (see #successorStart);
-   * it opens then, or, counting in the same windows as `prev`, as soon as
-   * `prev` is used up. A lease used
-   * faster than its rate predicted (a burst) gets one sized at the pace it
-   * was used, up to 4 times it.
+   * Adds `prev`'s successor to the commit: its span starts `at` (when
+   * `prev` ends, or earlier: see #successorStart), in the windows of that
+   * moment; it opens then, or, counting in the same windows as `prev`, as
+   * soon as `prev` is used up. A lease used faster than its rate predicted
+   * (a burst) gets one sized at the pace it was used, up to 4 times it.
    */
   #grantSuccessor(
     prev: Lease,
+    at: number,
     req: AdmissionRequest,
     cs: Counter[],
     now: number,
     op: Deno.AtomicOperation,
   ): Lease | null {
-    const at = this.#successorStart(prev, now);
     const sameWindows = at < prev.windowEnd;
     const pace = Math.min(
       4 * prev.n,
