@@ -748,7 +748,8 @@ export async function listUsageRecords(
   let before = at?.[2] ?? "";
   const iter = store.kv.list<UsageRecord | UsageRecord[]>(
     { prefix: k.usageRecordPrefix(tenantId) },
-    { cursor: checkCursor(before), reverse },
+    // A value holds one record at least: a page needs `limit` at most.
+    { cursor: checkCursor(before), reverse, batchSize: limit },
   );
   const items: UsageRecord[] = [];
   try {
