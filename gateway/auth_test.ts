@@ -1,5 +1,6 @@
 import * as assert from "node:assert/strict";
-import { createApiKey } from "../store/api_keys.ts";
+import { type ApiKey, createApiKey } from "../store/api_keys.ts";
+import { k } from "../store/kv_keys.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore } from "../store/store.ts";
 import { createTenant } from "../store/tenants.ts";
@@ -43,5 +44,38 @@ Deno.test("KeyCache reads each key again within maxAgeMs, spread out rather than
   const before2 = reads;
   await all();
   assert.ok(reads - before2 >= 60, "every key read again after maxAgeMs");
+  kv.close();
+});
+
+Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it again, and takes what the read finds", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
+  const created = await createApiKey(store, SYSTEM, tenant.id, { name: "k" });
+  const cache = new KeyCache(store, { ttlMs: 100, maxAgeMs: 100 });
+  assert.equal((await cache.authenticate(created.key)).key.name, "k");
+  // Key reads now take 300 ms; the key changes without an auth epoch bump.
+  const get = kv.get.bind(kv);
+  kv.get = (async (...a: Parameters<typeof kv.get>) => {
+    if (a[0][0] === "api_key") await new Promise((r) => setTimeout(r, 300));
+    return get(...a);
+  }) as typeof kv.get;
+  const stored = (await get<ApiKey>(k.apiKey(created.apiKey.id))).value!;
+  await kv.set(k.apiKey(created.apiKey.id), { ...stored, name: "renamed" });
+  await new Promise((r) => setTimeout(r, 150));
+  const t0 = performance.now();
+  assert.equal((await cache.authenticate(created.key)).key.name, "k");
+  assert.ok(performance.now() - t0 < 100, "served without waiting for KV");
+  await new Promise((r) => setTimeout(r, 400));
+  assert.equal((await cache.authenticate(created.key)).key.name, "renamed");
+  // A revocation the re-read finds takes effect.
+  await kv.set(k.apiKey(created.apiKey.id), {
+    ...stored,
+    revokedAt: new Date().toISOString(),
+  });
+  await new Promise((r) => setTimeout(r, 150));
+  await cache.authenticate(created.key); // past its age: read again
+  await new Promise((r) => setTimeout(r, 400));
+  await assert.rejects(cache.authenticate(created.key), /revoked/);
   kv.close();
 });
