@@ -3,7 +3,10 @@
  * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s; each
  * entry half to all of it, so reads spread out) as long as the auth epoch
  * (store/auth_epoch.ts), re-read at most every `ttlMs` (≤ 1 s) and shared
- * by all requests, has not changed. Every revocation, suspension and limit
+ * by all requests, has not changed. A busy gateway re-reads it in the
+ * background once it is half that old (requests keep going; with a remote
+ * KV the read takes milliseconds), and a request waits for the read only
+ * when it is `ttlMs` old. Every revocation, suspension and limit
  * change rewrites the epoch, so they take effect within `ttlMs` on every
  * gateway instance, while a busy gateway reads KV for authentication a few
  * times a second instead of per request. So the age limit is a safety net:
@@ -89,6 +92,8 @@ export class KeyCache {
     if (now - this.#epochAt >= this.#ttlMs) {
       await this.#checkEpoch();
       now = Date.now();
+    } else if (2 * (now - this.#epochAt) >= this.#ttlMs) {
+      this.#checkEpoch().catch(() => {}); // the next request past ttlMs waits
     }
     let e = this.#map.get(raw); // only well-formed keys are ever cached
     if (e?.valid && now >= e.until) {

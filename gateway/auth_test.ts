@@ -1,5 +1,5 @@
 import * as assert from "node:assert/strict";
-import { type ApiKey, createApiKey } from "../store/api_keys.ts";
+import { type ApiKey, createApiKey, revokeApiKey } from "../store/api_keys.ts";
 import { k } from "../store/kv_keys.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore } from "../store/store.ts";
@@ -76,6 +76,35 @@ Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it ag
   await new Promise((r) => setTimeout(r, 150));
   await cache.authenticate(created.key); // past its age: read again
   await new Promise((r) => setTimeout(r, 400));
+  await assert.rejects(cache.authenticate(created.key), /revoked/);
+  kv.close();
+});
+
+Deno.test("KeyCache re-reads the auth epoch in the background once half ttlMs old, and waits for it only at ttlMs", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
+  const created = await createApiKey(store, SYSTEM, tenant.id, { name: "k" });
+  const cache = new KeyCache(store, { ttlMs: 400, maxAgeMs: 60_000 });
+  await cache.authenticate(created.key);
+  // Epoch reads now take 150 ms.
+  const get = kv.get.bind(kv);
+  let epochReads = 0;
+  kv.get = (async (...a: Parameters<typeof kv.get>) => {
+    if (a[0][0] === k.authEpoch()[0]) {
+      epochReads++;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    return get(...a);
+  }) as typeof kv.get;
+  await new Promise((r) => setTimeout(r, 220)); // over half ttlMs
+  const t0 = performance.now();
+  await cache.authenticate(created.key);
+  assert.ok(performance.now() - t0 < 100, "did not wait for the epoch");
+  assert.equal(epochReads, 1, "read in the background");
+  // A revocation still takes effect within ttlMs (plus the read).
+  await revokeApiKey(store, SYSTEM, created.apiKey.id);
+  await new Promise((r) => setTimeout(r, 400 + 200));
   await assert.rejects(cache.authenticate(created.key), /revoked/);
   kv.close();
 });
