@@ -47,19 +47,43 @@ Deno.test("KeyCache reads each key again within maxAgeMs, spread out rather than
   kv.close();
 });
 
-Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it again, and takes what the read finds", async () => {
+/** A store with one tenant and one key, and a cache of it. */
+async function oneKey(ttlMs: number, maxAgeMs: number) {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
   const created = await createApiKey(store, SYSTEM, tenant.id, { name: "k" });
-  const cache = new KeyCache(store, { ttlMs: 100, maxAgeMs: 100 });
-  assert.equal((await cache.authenticate(created.key)).key.name, "k");
-  // Key reads now take 300 ms; the key changes without an auth epoch bump.
+  return {
+    kv,
+    store,
+    created,
+    cache: new KeyCache(store, { ttlMs, maxAgeMs }),
+  };
+}
+
+/** Makes reads of keys starting with `prefix` take `ms`; returns the real `get`. */
+function slowReads(
+  kv: Deno.Kv,
+  prefix: Deno.KvKeyPart,
+  ms: number,
+  onRead = () => {},
+): Deno.Kv["get"] {
   const get = kv.get.bind(kv);
   kv.get = (async (...a: Parameters<typeof kv.get>) => {
-    if (a[0][0] === "api_key") await new Promise((r) => setTimeout(r, 300));
+    if (a[0][0] === prefix) {
+      onRead();
+      await new Promise((r) => setTimeout(r, ms));
+    }
     return get(...a);
   }) as typeof kv.get;
+  return get;
+}
+
+Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it again, and takes what the read finds", async () => {
+  const { kv, store, created, cache } = await oneKey(100, 100);
+  assert.equal((await cache.authenticate(created.key)).key.name, "k");
+  // Key reads now take 300 ms; the key changes without an auth epoch bump.
+  const get = slowReads(kv, "api_key", 300);
   const stored = (await get<ApiKey>(k.apiKey(created.apiKey.id))).value!;
   await kv.set(k.apiKey(created.apiKey.id), { ...stored, name: "renamed" });
   await new Promise((r) => setTimeout(r, 150));
@@ -81,22 +105,11 @@ Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it ag
 });
 
 Deno.test("KeyCache re-reads the auth epoch in the background once half ttlMs old, and waits for it only at ttlMs", async () => {
-  const kv = await Deno.openKv(":memory:");
-  const store = await createStore(kv);
-  const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
-  const created = await createApiKey(store, SYSTEM, tenant.id, { name: "k" });
-  const cache = new KeyCache(store, { ttlMs: 400, maxAgeMs: 60_000 });
+  const { kv, store, created, cache } = await oneKey(400, 60_000);
   await cache.authenticate(created.key);
   // Epoch reads now take 150 ms.
-  const get = kv.get.bind(kv);
   let epochReads = 0;
-  kv.get = (async (...a: Parameters<typeof kv.get>) => {
-    if (a[0][0] === k.authEpoch()[0]) {
-      epochReads++;
-      await new Promise((r) => setTimeout(r, 150));
-    }
-    return get(...a);
-  }) as typeof kv.get;
+  slowReads(kv, k.authEpoch()[0], 150, () => epochReads++);
   await new Promise((r) => setTimeout(r, 220)); // over half ttlMs
   const t0 = performance.now();
   await cache.authenticate(created.key);
