@@ -90,7 +90,7 @@ Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it ag
   const t0 = performance.now();
   assert.equal((await cache.authenticate(created.key)).key.name, "k");
   assert.ok(performance.now() - t0 < 100, "served without waiting for KV");
-  await new Promise((r) => setTimeout(r, 400));
+  await new Promise((r) => setTimeout(r, 700));
   assert.equal((await cache.authenticate(created.key)).key.name, "renamed");
   // A revocation the re-read finds takes effect.
   await kv.set(k.apiKey(created.apiKey.id), {
@@ -99,25 +99,25 @@ Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it ag
   });
   await new Promise((r) => setTimeout(r, 150));
   await cache.authenticate(created.key); // past its age: read again
-  await new Promise((r) => setTimeout(r, 400));
+  await new Promise((r) => setTimeout(r, 700));
   await assert.rejects(cache.authenticate(created.key), /revoked/);
   kv.close();
 });
 
 Deno.test("KeyCache re-reads the auth epoch in the background once half ttlMs old, and waits for it only at ttlMs", async () => {
-  const { kv, store, created, cache } = await oneKey(400, 60_000);
+  const { kv, store, created, cache } = await oneKey(1000, 60_000);
   await cache.authenticate(created.key);
   // Epoch reads now take 150 ms.
   let epochReads = 0;
   slowReads(kv, k.authEpoch()[0], 150, () => epochReads++);
-  await new Promise((r) => setTimeout(r, 220)); // over half ttlMs
+  await new Promise((r) => setTimeout(r, 600)); // over half ttlMs, well under it
   const t0 = performance.now();
   await cache.authenticate(created.key);
   assert.ok(performance.now() - t0 < 100, "did not wait for the epoch");
   assert.equal(epochReads, 1, "read in the background");
   // A revocation still takes effect within ttlMs (plus the read).
   await revokeApiKey(store, SYSTEM, created.apiKey.id);
-  await new Promise((r) => setTimeout(r, 400 + 200));
+  await new Promise((r) => setTimeout(r, 1000 + 300));
   await assert.rejects(cache.authenticate(created.key), /revoked/);
   kv.close();
 });
