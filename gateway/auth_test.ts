@@ -80,7 +80,7 @@ function slowReads(
 }
 
 Deno.test("KeyCache serves a valid key's entry past maxAgeMs while reading it again, and takes what the read finds", async () => {
-  const { kv, store, created, cache } = await oneKey(100, 100);
+  const { kv, created, cache } = await oneKey(100, 100);
   assert.equal((await cache.authenticate(created.key)).key.name, "k");
   // Key reads now take 300 ms; the key changes without an auth epoch bump.
   const get = slowReads(kv, "api_key", 300);
