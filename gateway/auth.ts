@@ -1,17 +1,19 @@
 /**
  * API key authentication with a cache: a verified key, its tenant and its
- * precomputed limit plan are reused for up to `maxAgeMs` (default 60 s; each
- * entry half to all of it, so reads spread out) as long as the auth epoch
- * (store/auth_epoch.ts), re-read at most every `ttlMs` (≤ 1 s) and shared
- * by all requests, has not changed. A busy gateway re-reads it in the
- * background once it is half that old (requests keep going; with a remote
- * KV the read takes milliseconds), and a request waits for the read only
- * when it is `ttlMs` old. Every revocation, suspension and limit
- * change rewrites the epoch, so they take effect within `ttlMs` on every
- * gateway instance, while a busy gateway reads KV for authentication a few
- * times a second instead of per request. So the age limit is a safety net:
- * a valid key's entry past it is still served, and read again in the
- * background (1,000 keys' re-reads no longer hold up 20 requests a second).
+ * precomputed limit plan are reused as long as the auth epoch
+ * (store/auth_epoch.ts) has not changed. Every revocation, suspension and
+ * limit change rewrites the epoch, so they take effect within `ttlMs`
+ * (≤ 1 s) on every gateway instance, while a busy gateway reads KV for
+ * authentication a few times a second instead of per request.
+ *
+ * The epoch is one read shared by all requests: re-read in the background
+ * once it is half of `ttlMs` old (with a remote KV the read takes
+ * milliseconds, and requests keep going), waited for only at `ttlMs`.
+ * Each entry is also read again after `maxAgeMs` (default 60 s; half to
+ * all of it, so reads spread out). With the epoch doing the invalidation,
+ * that age limit is a safety net: a valid key's entry past it is still
+ * served, and read again in the background (1,000 keys' re-reads no longer
+ * hold up ~20 requests a second).
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";

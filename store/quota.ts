@@ -17,8 +17,9 @@
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Its successor is granted off the request
  * path once it has half its time or requests left, counted in the windows
- * the successor opens in, so a steady key never waits for a commit, even
- * at a minute boundary. Leases take at most a tenth of any
+ * it starts in (the next minute's, or the same minute's when the key would
+ * use its lease up before the minute ends), so a steady key never waits for
+ * a commit, even at a minute boundary. Leases take at most a tenth of any
  * window's remaining capacity and none is granted near a limit, so
  * admission stays exact there, one commit per request; a refusal first
  * closes the tenant's leases and gives back their idle capacity.
@@ -573,7 +574,8 @@ export class Admitter {
 
   /**
    * Queues the grant of `l`'s successor (sized like any lease, counted in
-   * the windows it opens in) to open when `l` ends, or is used up: a key
+   * the windows it starts in: see #successorStart) to open when `l` ends,
+   * or is used up: a key
    * in steady or rising use never waits for a commit, and the leases
    * ending at a minute boundary are renewed over the seconds before it, in
    * shared commits, not all at once after it.
