@@ -110,6 +110,38 @@ const RECORDS_PER_COMMIT = 96;
  */
 export type RollupFields = Record<string, number>;
 
+/**
+ * The fields of each kind of group, in the order its sums are held in
+ * memory (a Float64Array: a record adds to fixed slots, no property
+ * lookups by name). Hour and day groups first, then month groups.
+ */
+const TIME_FIELDS = [
+  "requests",
+  "errors",
+  "limited",
+  "prompt",
+  "completion",
+  "latency_sum",
+  "ttft_sum",
+  ...LATENCY_BUCKETS_MS.map((_, i) => `lat_${i}`),
+  ...LATENCY_BUCKETS_MS.map((_, i) => `ttft_${i}`),
+] as const;
+const [REQUESTS, ERRORS, LIMITED, PROMPT, COMPLETION, LATENCY_SUM, TTFT_SUM] = [
+  0,
+  1,
+  2,
+  3,
+  4,
+  5,
+  6,
+];
+/** The slot of latency bucket 0; TTFT bucket 0 follows the last latency bucket. */
+const LAT_0 = 7;
+const TTFT_0 = LAT_0 + LATENCY_BUCKETS_MS.length;
+const TENANT_MONTH_FIELDS = ["requests", "tokens", "errors"] as const;
+const TENANT_MODEL_MONTH_FIELDS = ["requests", "prompt", "completion"] as const;
+const NODE_MONTH_FIELDS = ["busy_ms"] as const;
+
 /** How long after its bucket ends a group stays in memory (late records). */
 const KEEP_MS = {
   hour: 3 * 3_600_000,
@@ -124,8 +156,10 @@ interface Group {
   /** `granularity|dimension|subject|bucket`: sorts as the keys do. */
   readonly id: string;
   readonly key: Deno.KvKey;
-  /** Every record folded in so far: what its KV value will hold. */
-  f: RollupFields;
+  /** Its field names (one of the *_FIELDS layouts). */
+  readonly names: readonly string[];
+  /** Every record folded in so far, one sum per name: what its KV value will hold. */
+  readonly sums: Float64Array;
   /** Bumped by each fold; a write marks it clean only if none came since. */
   version: number;
   /** While dirty: when it is due to be written (epoch ms). */
@@ -287,7 +321,7 @@ export class UsageRollups {
         });
         await commitAll(
           store.kv,
-          groups.map((g): KvSet => [g.key, { ...g.f }]),
+          groups.map((g): KvSet => [g.key, fieldsOf(g)]),
         );
         groups.forEach((g, i) => {
           if (g.version === versions[i]) this.#dirty.delete(g);
@@ -333,39 +367,37 @@ export class UsageRollups {
         gs = this.#groupsOf(r, t);
         this.#byRecord.set(id, gs);
       }
-      const latBucket = `lat_${bucketOf(r.latencyMs)}`;
-      const ttftBucket = r.ttftMs === null
-        ? null
-        : `ttft_${bucketOf(r.ttftMs)}`;
+      const lat = LAT_0 + bucketOf(r.latencyMs);
+      const ttft = r.ttftMs === null ? -1 : TTFT_0 + bucketOf(r.ttftMs);
       const error = r.outcome !== "ok" ? 1 : 0;
       for (const g of gs.time) {
-        const f = g.f;
-        f.requests = (f.requests ?? 0) + 1;
-        add(f, "prompt", r.promptTokens);
-        add(f, "completion", r.completionTokens);
-        add(f, "latency_sum", r.latencyMs);
-        f[latBucket] = (f[latBucket] ?? 0) + 1;
-        if (error) f.errors = (f.errors ?? 0) + 1;
-        if (r.status === 429) f.limited = (f.limited ?? 0) + 1;
-        if (ttftBucket !== null) {
-          add(f, "ttft_sum", r.ttftMs!);
-          f[ttftBucket] = (f[ttftBucket] ?? 0) + 1;
+        const v = g.sums;
+        plus(v, REQUESTS, 1);
+        plus(v, ERRORS, error);
+        if (r.status === 429) plus(v, LIMITED, 1);
+        plus(v, PROMPT, r.promptTokens);
+        plus(v, COMPLETION, r.completionTokens);
+        plus(v, LATENCY_SUM, r.latencyMs);
+        plus(v, lat, 1);
+        if (ttft >= 0) {
+          plus(v, TTFT_SUM, r.ttftMs!);
+          plus(v, ttft, 1);
         }
         this.#touch(g, now, delayMs);
       }
-      const tf = gs.tenant.f;
-      tf.requests = (tf.requests ?? 0) + 1;
-      add(tf, "tokens", r.promptTokens + r.completionTokens);
-      add(tf, "errors", error);
+      const tv = gs.tenant.sums; // TENANT_MONTH_FIELDS
+      plus(tv, 0, 1);
+      plus(tv, 1, r.promptTokens + r.completionTokens);
+      plus(tv, 2, error);
       this.#touch(gs.tenant, now, delayMs);
-      const mf = gs.tenantModel.f;
-      mf.requests = (mf.requests ?? 0) + 1;
-      add(mf, "prompt", r.promptTokens);
-      add(mf, "completion", r.completionTokens);
+      const mv = gs.tenantModel.sums; // TENANT_MODEL_MONTH_FIELDS
+      plus(mv, 0, 1);
+      plus(mv, 1, r.promptTokens);
+      plus(mv, 2, r.completionTokens);
       this.#touch(gs.tenantModel, now, delayMs);
       for (const g of [gs.node, gs.nodeTenant]) {
         if (!g) continue;
-        add(g.f, "busy_ms", r.latencyMs);
+        plus(g.sums, 0, r.latencyMs); // NODE_MONTH_FIELDS
         this.#touch(g, now, delayMs);
       }
     }
@@ -391,6 +423,7 @@ export class UsageRollups {
         time.push(
           this.#group(
             `${g}|${dim}|${subject}|${b}`,
+            TIME_FIELDS,
             end,
             (shard) => k.usageRollup(g, dim, subject, b, shard),
           ),
@@ -401,19 +434,32 @@ export class UsageRollups {
     const month = d.toISOString().slice(0, 7);
     const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) +
       KEEP_MS.month;
-    const monthGroup = (dim: UsageMonthDimension, subject: string) =>
+    const monthGroup = (
+      dim: UsageMonthDimension,
+      subject: string,
+      names: readonly string[],
+    ) =>
       this.#group(
         `month|${dim}|${subject}|${month}`,
+        names,
         end,
         (shard) => k.usageMonth(month, dim, subject, shard),
       );
     return {
       time,
-      tenant: monthGroup("tenant", r.tenantId),
-      tenantModel: monthGroup("tenant_model", `${r.tenantId}/${r.model}`),
-      node: r.nodeId ? monthGroup("node", r.nodeId) : null,
+      tenant: monthGroup("tenant", r.tenantId, TENANT_MONTH_FIELDS),
+      tenantModel: monthGroup(
+        "tenant_model",
+        `${r.tenantId}/${r.model}`,
+        TENANT_MODEL_MONTH_FIELDS,
+      ),
+      node: r.nodeId ? monthGroup("node", r.nodeId, NODE_MONTH_FIELDS) : null,
       nodeTenant: r.nodeId
-        ? monthGroup("node_tenant", `${r.nodeId}/${r.tenantId}`)
+        ? monthGroup(
+          "node_tenant",
+          `${r.nodeId}/${r.tenantId}`,
+          NODE_MONTH_FIELDS,
+        )
         : null,
     };
   }
@@ -421,6 +467,7 @@ export class UsageRollups {
   /** The group `id` in memory, created with a new shard if absent. */
   #group(
     id: string,
+    names: readonly string[],
     end: number,
     key: (shard: string) => Deno.KvKey,
   ): Group {
@@ -429,7 +476,8 @@ export class UsageRollups {
       g = {
         id,
         key: key(`${this.#writer}.${(this.#seq++).toString(36)}`),
-        f: {},
+        names,
+        sums: new Float64Array(names.length),
         version: 0,
         due: 0,
         end,
@@ -540,9 +588,18 @@ function stale(gs: RecordGroups): boolean {
     gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone;
 }
 
-/** Adds `n` to a field, leaving zeros out. */
-function add(f: RollupFields, name: string, n: number): void {
-  if (n !== 0) f[name] = (f[name] ?? 0) + n;
+/** Adds `n` to a group's sum in slot `i`. */
+function plus(sums: Float64Array, i: number, n: number): void {
+  sums[i] = sums[i]! + n;
+}
+
+/** A group's value: its sums by name, zeros left out. */
+function fieldsOf(g: Group): RollupFields {
+  const f: RollupFields = {};
+  for (let i = 0; i < g.names.length; i++) {
+    if (g.sums[i] !== 0) f[g.names[i]!] = g.sums[i]!;
+  }
+  return f;
 }
 
 /**
