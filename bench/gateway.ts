@@ -6,7 +6,8 @@
  * with auth, exact limits and metering on; this process generates load.
  * Prints CPU per request (from /proc), max throughput, added p50/p99 at a
  * fixed rate and added time to first byte for streams, as ratios to direct
- * and to the floor; then again with 10,000 keys and 1,000 tenants in KV.
+ * and to the floor; then again with 10,000 keys and 1,000 tenants in KV,
+ * on new children (each scenario's three targets start fresh together).
  * Each number is the median of 3 rounds in which the targets take turns.
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
@@ -330,62 +331,41 @@ async function scenario(label: string, targets: Target[]) {
   );
 }
 
-async function main() {
-  const deadline = setTimeout(() => {
-    console.error("bench:gateway: giving up after 12 minutes");
-    Deno.exit(1);
-  }, 720_000);
+/**
+ * Runs one scenario on children of its own: an upstream, the floor and a
+ * gateway with `tenants` × `keysPerTenant` keys, all started fresh, so the
+ * three have the same history (a process that served minutes of load
+ * before costs less per request than a new one).
+ */
+async function fresh(
+  label: string,
+  tenants: number,
+  keysPerTenant: number,
+  note?: (seedMs: number) => string,
+) {
   const up = await spawn("upstream");
-  const floor = await spawn("floor", String(up.info.port));
-  const children = [up, floor];
+  const children = [up];
   try {
-    const base = (c: Child) => `http://127.0.0.1:${c.info.port}`;
-    const direct: Target = {
-      name: "direct",
-      url: base(up),
-      pid: up.pid,
-      keys: [],
-    };
-    const fl: Target = {
-      name: "floor",
-      url: base(floor),
-      pid: floor.pid,
-      keys: [],
-    };
-    console.log(
-      `# bench:gateway (Deno ${Deno.version.deno}, ${navigator.hardwareConcurrency} cores)`,
-    );
-    console.log(
-      "CPU per request is the target process's own CPU (/proc utime+stime); latencies measured by this client process.",
-    );
-    if (only !== "10k") {
-      const g1 = await spawn("gateway", String(up.info.port), "1", "1");
-      children.push(g1);
-      await scenario(
-        "1 tenant, 1 key (auth, exact limits on tenant and key, metering)",
-        [
-          direct,
-          fl,
-          { name: "gateway", url: base(g1), pid: g1.pid, keys: g1.info.keys! },
-        ],
-      );
-      g1.proc.kill();
-      await g1.proc.status;
-      children.pop();
-    }
-    if (only === "1") return;
+    children.push(await spawn("floor", String(up.info.port)));
     const t0 = performance.now();
-    const g2 = await spawn("gateway", String(up.info.port), "1000", "10");
-    children.push(g2);
-    console.log(
-      `\n(seeded 1,000 tenants and 10,000 keys in ${
-        ((performance.now() - t0) / 1000).toFixed(1)
-      } s; load rotates over 1,000 of the keys)`,
+    const gw = await spawn(
+      "gateway",
+      String(up.info.port),
+      String(tenants),
+      String(keysPerTenant),
     );
-    await scenario("1,000 tenants, 10,000 keys", [
-      direct,
-      fl,
-      { name: "gateway", url: base(g2), pid: g2.pid, keys: g2.info.keys! },
+    children.push(gw);
+    if (note) console.log(`\n${note(performance.now() - t0)}`);
+    const target = (name: string, c: Child, keys: string[] = []): Target => ({
+      name,
+      url: `http://127.0.0.1:${c.info.port}`,
+      pid: c.pid,
+      keys,
+    });
+    await scenario(label, [
+      target("direct", up),
+      target("floor", children[1]!),
+      target("gateway", gw, gw.info.keys!),
     ]);
   } finally {
     for (const c of children) {
@@ -394,6 +374,39 @@ async function main() {
         await c.proc.status;
       } catch { /* already gone */ }
     }
+  }
+}
+
+async function main() {
+  const deadline = setTimeout(() => {
+    console.error("bench:gateway: giving up after 12 minutes");
+    Deno.exit(1);
+  }, 720_000);
+  try {
+    console.log(
+      `# bench:gateway (Deno ${Deno.version.deno}, ${navigator.hardwareConcurrency} cores)`,
+    );
+    console.log(
+      "CPU per request is the target process's own CPU (/proc utime+stime); latencies measured by this client process. Each scenario starts its own upstream, floor and gateway.",
+    );
+    if (only !== "10k") {
+      await fresh(
+        "1 tenant, 1 key (auth, exact limits on tenant and key, metering)",
+        1,
+        1,
+      );
+    }
+    if (only === "1") return;
+    await fresh(
+      "1,000 tenants, 10,000 keys",
+      1000,
+      10,
+      (ms) =>
+        `(seeded 1,000 tenants and 10,000 keys in ${
+          (ms / 1000).toFixed(1)
+        } s; load rotates over 1,000 of the keys)`,
+    );
+  } finally {
     clearTimeout(deadline);
   }
 }
