@@ -126,15 +126,14 @@ const TIME_FIELDS = [
   ...LATENCY_BUCKETS_MS.map((_, i) => `lat_${i}`),
   ...LATENCY_BUCKETS_MS.map((_, i) => `ttft_${i}`),
 ] as const;
-const [REQUESTS, ERRORS, LIMITED, PROMPT, COMPLETION, LATENCY_SUM, TTFT_SUM] = [
-  0,
-  1,
-  2,
-  3,
-  4,
-  5,
-  6,
-];
+// Slots of TIME_FIELDS.
+const REQUESTS = 0;
+const ERRORS = 1;
+const LIMITED = 2;
+const PROMPT = 3;
+const COMPLETION = 4;
+const LATENCY_SUM = 5;
+const TTFT_SUM = 6;
 /** The slot of latency bucket 0; TTFT bucket 0 follows the last latency bucket. */
 const LAT_0 = 7;
 const TTFT_0 = LAT_0 + LATENCY_BUCKETS_MS.length;
