@@ -12,7 +12,7 @@
  * Settlements are batched likewise, after the response.
  *
  * A (tenant, key) in steady use gets a lease: one commit prepays the n
- * requests it made over the last 60 s, for the next 60 s (every counter of
+ * requests it made over the last 30 s, for the next 30 s (every counter of
  * its plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Its successor is granted off the request
@@ -339,11 +339,8 @@ export interface AdmitterOptions {
   settleDelayMs?: number;
   /**
    * How long a lease admits requests, and the span its size is predicted
-   * over (default 60 s; 0 turns leases off). Longer amortizes the commits
+   * over (default 30 s; 0 turns leases off). Longer amortizes the commits
    * of quieter keys; a lease's unused capacity shows as used meanwhile.
-   * A minute window cuts a lease at its end, so at 60 s a key in steady
-   * use commits once a minute (two or three times at 30 s): with 1,000
-   * keys, ~17 lease commits a second of ~13 mutations each.
    */
   leaseMs?: number;
   /** Most requests one lease prepays (default 256). */
@@ -428,7 +425,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
-    this.#leaseMs = opts.leaseMs ?? 60_000;
+    this.#leaseMs = opts.leaseMs ?? 30_000;
     this.#maxLease = opts.maxLease ?? 256;
     this.#renewDelayMs = opts.renewDelayMs ?? 100;
   }
