@@ -10,10 +10,10 @@
  * first and the rest wait (busy groups take more records meanwhile, for the
  * same write), at most MAX_WAIT_MS past due: 1,000 busy tenants' ~10,000
  * values cost 250 writes a second, not ~1,300 (each write costs ~25 µs of
- * CPU with the embedded store, and a round trip with a remote one; charts
- * are hourly, so a minute's lag is not seen). Expired reservations of
- * crashed gateways are reclaimed every `reclaimEveryMs`. `flush()` writes
- * everything at once.
+ * CPU with the embedded store, and a round trip with a remote one; usage
+ * charts are by hour and day, so a minute of lag hardly shows). Expired
+ * reservations of crashed gateways are reclaimed every `reclaimEveryMs`.
+ * `flush()` writes everything at once.
  *
  * What a crash loses: the records and rollups of the last `rollupMs`, or
  * up to MAX_WAIT_MS more while writes are over budget (limits and quotas
