@@ -132,7 +132,9 @@ async function seedB(
   const { apiKey } = await createApiKey(w.store, SYSTEM, b.id, {
     name: "globex-prod-key",
   });
-  await setTenantLimits(w.store, SYSTEM, b.id, { rpm: 777 });
+  // A limit no timestamp or id shows by chance ("777" matched a
+  // millisecond in an audit entry's time).
+  await setTenantLimits(w.store, SYSTEM, b.id, { rpm: 7_654_321 });
   bUserId = (await createUser(w.store, SYSTEM, {
     email: "boss@globex.test",
     password: w.password,
@@ -163,7 +165,8 @@ async function seedB(
         "boss@globex.test",
         b.id,
         apiKey.id,
-        "777",
+        "7654321",
+        "7,654,321", // as the portal shows it
       ],
       snapshot,
     },
