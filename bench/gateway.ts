@@ -334,8 +334,8 @@ async function scenario(label: string, targets: Target[]) {
 /**
  * Runs one scenario on children of its own: an upstream, the floor and a
  * gateway with `tenants` × `keysPerTenant` keys, all started fresh, so the
- * three have the same history (a process that served minutes of load
- * before costs less per request than a new one).
+ * three compared have the same history and a scenario's numbers do not
+ * depend on what ran before it.
  */
 async function fresh(
   label: string,
