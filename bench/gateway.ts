@@ -346,7 +346,8 @@ async function fresh(
   const up = await spawn("upstream");
   const children = [up];
   try {
-    children.push(await spawn("floor", String(up.info.port)));
+    const floor = await spawn("floor", String(up.info.port));
+    children.push(floor);
     const t0 = performance.now();
     const gw = await spawn(
       "gateway",
@@ -364,7 +365,7 @@ async function fresh(
     });
     await scenario(label, [
       target("direct", up),
-      target("floor", children[1]!),
+      target("floor", floor),
       target("gateway", gw, gw.info.keys!),
     ]);
   } finally {
