@@ -12,8 +12,9 @@
  * Settlements are batched likewise, after the response.
  *
  * A (tenant, key) in steady use gets a lease: one commit prepays the n
- * requests it made over the last 30 s, for the next 30 s (every counter of
- * its plan raised by n requests' worth, under one reservation record), and
+ * requests it made over the last 30 s, for the next 30 s (or up to its
+ * window's end, when that is less than 15 s later; every counter of its
+ * plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Its successor is granted off the request
  * path once it has half its time or requests left, counted in the windows
@@ -1016,9 +1017,26 @@ export class Admitter {
   ): Lease | null {
     if (this.#leaseMs <= 0) return null;
     const rules = req.plan.rules;
+    let windowEnd = Infinity;
+    rules.forEach((r, i) => {
+      if (r.kind !== "concurrency") windowEnd = Math.min(windowEnd, cs[i]!.end);
+    });
+    // Leases granted together (a minute boundary, a restart) end at random
+    // within the last quarter of leaseMs, not all in the same second. One
+    // that would end less than half of leaseMs before its window does runs
+    // to the window's end instead: the stub after it would cost a grant and
+    // a settlement for a few requests (a third of all leases in a minute).
+    let validUntil = Math.min(
+      windowEnd,
+      Math.floor(startsAt + this.#leaseMs * (0.75 + 0.25 * Math.random())),
+    );
+    if (2 * (windowEnd - validUntil) < this.#leaseMs) validUntil = windowEnd;
+    // Sized for its span (rates are per leaseMs; a shorter one keeps the
+    // full size: what it does not use goes back when it settles).
+    const span = Math.max(1, (validUntil - startsAt) / this.#leaseMs);
     let n = Math.min(
       this.#maxLease,
-      Math.max(atLeast, Math.floor(this.#expected(pk, now))),
+      Math.floor(span * Math.max(atLeast, this.#expected(pk, now))),
     );
     for (let i = 0; i < rules.length && n >= 2; i++) {
       const r = rules[i]!;
@@ -1033,7 +1051,6 @@ export class Admitter {
     const reqCounters: [string, string][] = [];
     const hasTokens = rules.some((r) => isTokenRule(r.kind));
     const tokens = hasTokens ? n * req.tokens : 0;
-    let windowEnd = Infinity;
     rules.forEach((r, i) => {
       const c = cs[i]!;
       const w: [string, string] = [r.subject, c.id.slice(r.subject.length + 1)];
@@ -1044,16 +1061,10 @@ export class Admitter {
         c.added += n;
         (r.kind === "concurrency" ? concCounters : reqCounters).push(w);
       }
-      if (r.kind !== "concurrency") windowEnd = Math.min(windowEnd, c.end);
     });
-    // Leases granted together (a minute boundary, a restart) end at random
-    // within the last quarter of leaseMs, not all in the same second.
-    const validUntil = Math.min(
-      windowEnd,
-      Math.floor(startsAt + this.#leaseMs * (0.75 + 0.25 * Math.random())),
-    );
     // Requests join until it ends, then each finishes within ttlMs.
-    const deadline = startsAt + this.#leaseMs + req.ttlMs;
+    const deadline = Math.max(startsAt + this.#leaseMs, validUntil) +
+      req.ttlMs;
     const id = newIdAt(deadline);
     const stored: StoredReservation = {
       tenantId: req.plan.tenantId,

@@ -422,6 +422,35 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
   });
 });
 
+Deno.test("Admitter runs a lease to its window's end instead of leaving a stub after it", async () => {
+  // The clock runs 1.2 s before a minute boundary and leases last 0.75 to
+  // 1 s: the first would end 0.2 to 0.45 s before the boundary, less than
+  // half a lease, so it runs to the boundary, sized for its span.
+  await beforeMinuteBoundary(1200, async () => {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", ROOMY, null);
+    const a = new Admitter(store, { leaseMs: 1000, renewDelayMs: 5 });
+    const boundary = windowOf("rpm", Date.now())[1];
+    const leased = await steadyKey(a, plan, Date.now() + 150, 10);
+    assert.ok(leased.some((l) => l), `${leased}`);
+    const deadlines: number[] = [];
+    for await (
+      const e of kv.list<{ deadline: number; units: number }>({
+        prefix: ["reservation"],
+      })
+    ) {
+      deadlines.push(e.value.deadline);
+    }
+    // The first lease ends at the boundary (then each request has ttlMs
+    // to finish); a successor, if granted yet, starts there.
+    assert.equal(Math.min(...deadlines), boundary + 60_000);
+    await a.flush();
+    assert.equal(await countReservations(store), 0);
+    kv.close();
+  });
+});
+
 Deno.test("Admitter gives a lease used up before its window ends a successor in that window: no request waits for a commit", async () => {
   // The clock runs 3 s before a minute boundary; every lease of the
   // minute ends there, and holds 40 requests: under a second's worth.
