@@ -12,8 +12,8 @@
  * Settlements are batched likewise, after the response.
  *
  * A (tenant, key) in steady use gets a lease: one commit prepays the n
- * requests it made over the last 30 s, for the next 30 s (or up to its
- * window's end, when that is less than 15 s later; every counter of its
+ * requests it made over the last 60 s, for the next 60 s (or up to its
+ * window's end, when that is less than 30 s later; every counter of its
  * plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use. Its successor is granted off the request
@@ -340,8 +340,9 @@ export interface AdmitterOptions {
   settleDelayMs?: number;
   /**
    * How long a lease admits requests, and the span its size is predicted
-   * over (default 30 s; 0 turns leases off). Longer amortizes the commits
-   * of quieter keys; a lease's unused capacity shows as used meanwhile.
+   * over (default 60 s, so a key with minute limits needs one lease a
+   * minute; 0 turns leases off). Longer amortizes the commits of quieter
+   * keys; a lease's unused capacity shows as used meanwhile.
    */
   leaseMs?: number;
   /** Most requests one lease prepays (default 256). */
@@ -426,7 +427,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
-    this.#leaseMs = opts.leaseMs ?? 30_000;
+    this.#leaseMs = opts.leaseMs ?? 60_000;
     this.#maxLease = opts.maxLease ?? 256;
     this.#renewDelayMs = opts.renewDelayMs ?? 100;
   }
@@ -473,7 +474,7 @@ export class Admitter {
    * Requests a plan is expected to make in the next `leaseMs`: its count
    * over the last `leaseMs` (the current period plus the part of the one
    * before that it still covers), so a key making one request a second
-   * gets a lease of thirty, and a key seen once none.
+   * gets a lease of sixty, and a key seen once none.
    */
   #expected(pk: string, now: number): number {
     const r = this.#rates.get(pk);
