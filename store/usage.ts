@@ -167,6 +167,19 @@ interface Group {
   readonly end: number;
   /** Left memory: a later record starts a new group (and shard). */
   gone: boolean;
+  /** In `#dirty` (a flag: cheaper to test per fold than the set). */
+  dirty: boolean;
+}
+
+/** A key's last record's tuple and groups (see UsageRollups.#lastOfKey). */
+interface LastTuple {
+  tenantId: string;
+  model: string;
+  nodeId: string | null;
+  hour: number;
+  gs: RecordGroups;
+  /** UsageRollups' drop count when its groups were last known present. */
+  drops: number;
 }
 
 /** The groups one kind of record adds to: its hour, day and month groups. */
@@ -229,6 +242,14 @@ export class UsageRollups {
   #nextDue = Infinity;
   /** A record's groups by (tenant, key, model, node, hour). */
   readonly #byRecord = new Map<string, RecordGroups>();
+  /**
+   * Each key's last (model, node, hour) and its groups: a key's records
+   * nearly always repeat it, and then find their groups with one lookup by
+   * the key id, no key string built.
+   */
+  readonly #lastOfKey = new Map<string, LastTuple>();
+  /** Groups dropped so far: a LastTuple seen at this count has none gone. */
+  #drops = 0;
   #nextSweep = 0;
   #chain: Promise<void> = Promise.resolve();
 
@@ -323,7 +344,10 @@ export class UsageRollups {
           groups.map((g): KvSet => [g.key, fieldsOf(g)]),
         );
         groups.forEach((g, i) => {
-          if (g.version === versions[i]) this.#dirty.delete(g);
+          if (g.version === versions[i]) {
+            this.#dirty.delete(g);
+            g.dirty = false;
+          }
         });
       } finally {
         this.#nextDue = Infinity;
@@ -356,59 +380,94 @@ export class UsageRollups {
    */
   #fold(records: UsageRecord[], now: number, delayMs: number): void {
     for (const r of records) {
-      const t = Date.parse(r.at);
-      const hour = Math.floor(t / 3_600_000);
-      const id =
-        `${r.tenantId}\u0000${r.keyId}\u0000${r.model}\u0000${r.nodeId}\u0000${hour}`;
-      let gs = this.#byRecord.get(id);
-      if (!gs || stale(gs)) {
-        if (this.#byRecord.size >= 50_000) this.#byRecord.clear();
-        gs = this.#groupsOf(r, t);
-        this.#byRecord.set(id, gs);
-      }
-      const lat = LAT_0 + bucketOf(r.latencyMs);
-      const ttft = r.ttftMs === null ? -1 : TTFT_0 + bucketOf(r.ttftMs);
+      const gs = this.#groupsOfRecord(r);
+      const latency = r.latencyMs;
+      const prompt = r.promptTokens;
+      const completion = r.completionTokens;
+      const lat = LAT_0 + bucketOf(latency);
+      const ttftMs = r.ttftMs;
+      const ttft = ttftMs === null ? -1 : TTFT_0 + bucketOf(ttftMs);
       const error = r.outcome !== "ok" ? 1 : 0;
+      const limited = r.status === 429 ? 1 : 0;
       for (const g of gs.time) {
         const v = g.sums;
-        plus(v, REQUESTS, 1);
-        plus(v, ERRORS, error);
-        if (r.status === 429) plus(v, LIMITED, 1);
-        plus(v, PROMPT, r.promptTokens);
-        plus(v, COMPLETION, r.completionTokens);
-        plus(v, LATENCY_SUM, r.latencyMs);
-        plus(v, lat, 1);
+        v[REQUESTS] = v[REQUESTS]! + 1;
+        v[ERRORS] = v[ERRORS]! + error;
+        v[LIMITED] = v[LIMITED]! + limited;
+        v[PROMPT] = v[PROMPT]! + prompt;
+        v[COMPLETION] = v[COMPLETION]! + completion;
+        v[LATENCY_SUM] = v[LATENCY_SUM]! + latency;
+        v[lat] = v[lat]! + 1;
         if (ttft >= 0) {
-          plus(v, TTFT_SUM, r.ttftMs!);
-          plus(v, ttft, 1);
+          v[TTFT_SUM] = v[TTFT_SUM]! + ttftMs!;
+          v[ttft] = v[ttft]! + 1;
         }
         this.#touch(g, now, delayMs);
       }
       const tv = gs.tenant.sums; // TENANT_MONTH_FIELDS
-      plus(tv, 0, 1);
-      plus(tv, 1, r.promptTokens + r.completionTokens);
-      plus(tv, 2, error);
+      tv[0] = tv[0]! + 1;
+      tv[1] = tv[1]! + prompt + completion;
+      tv[2] = tv[2]! + error;
       this.#touch(gs.tenant, now, delayMs);
       const mv = gs.tenantModel.sums; // TENANT_MODEL_MONTH_FIELDS
-      plus(mv, 0, 1);
-      plus(mv, 1, r.promptTokens);
-      plus(mv, 2, r.completionTokens);
+      mv[0] = mv[0]! + 1;
+      mv[1] = mv[1]! + prompt;
+      mv[2] = mv[2]! + completion;
       this.#touch(gs.tenantModel, now, delayMs);
-      for (const g of [gs.node, gs.nodeTenant]) {
-        if (!g) continue;
-        plus(g.sums, 0, r.latencyMs); // NODE_MONTH_FIELDS
-        this.#touch(g, now, delayMs);
+      if (gs.node) {
+        gs.node.sums[0] = gs.node.sums[0]! + latency; // NODE_MONTH_FIELDS
+        this.#touch(gs.node, now, delayMs);
+      }
+      if (gs.nodeTenant) {
+        gs.nodeTenant.sums[0] = gs.nodeTenant.sums[0]! + latency;
+        this.#touch(gs.nodeTenant, now, delayMs);
       }
     }
+  }
+
+  /** A record's groups: its key's last ones when the tuple repeats, else looked up (or made). */
+  #groupsOfRecord(r: UsageRecord): RecordGroups {
+    const t = Date.parse(r.at);
+    const hour = Math.floor(t / 3_600_000);
+    const last = this.#lastOfKey.get(r.keyId);
+    if (
+      last !== undefined && last.hour === hour && last.model === r.model &&
+      last.nodeId === r.nodeId && last.tenantId === r.tenantId
+    ) {
+      if (last.drops === this.#drops) return last.gs;
+      if (!stale(last.gs)) {
+        last.drops = this.#drops;
+        return last.gs;
+      }
+    }
+    const id =
+      `${r.tenantId}\u0000${r.keyId}\u0000${r.model}\u0000${r.nodeId}\u0000${hour}`;
+    let gs = this.#byRecord.get(id);
+    if (!gs || stale(gs)) {
+      if (this.#byRecord.size >= 50_000) this.#byRecord.clear();
+      gs = this.#groupsOf(r, t);
+      this.#byRecord.set(id, gs);
+    }
+    if (this.#lastOfKey.size >= 50_000) this.#lastOfKey.clear();
+    this.#lastOfKey.set(r.keyId, {
+      tenantId: r.tenantId,
+      model: r.model,
+      nodeId: r.nodeId,
+      hour,
+      gs,
+      drops: this.#drops,
+    });
+    return gs;
   }
 
   /** Counts a fold into `g`; newly dirty, it is due `delayMs` after `now`, give or take half. */
   #touch(g: Group, now: number, delayMs: number): void {
     g.version++;
-    if (this.#dirty.has(g)) return;
+    if (g.dirty) return;
     g.due = later(now, delayMs);
     if (g.due < this.#nextDue) this.#nextDue = g.due;
     this.#dirty.add(g);
+    g.dirty = true;
   }
 
   /** The groups a record adds to, created (each with a new shard) where absent. */
@@ -481,6 +540,7 @@ export class UsageRollups {
         due: 0,
         end,
         gone: false,
+        dirty: false,
       };
       this.#groups.set(id, g);
     }
@@ -491,18 +551,19 @@ export class UsageRollups {
     if (now >= this.#nextSweep) {
       this.#nextSweep = now + SWEEP_MS;
       for (const [id, g] of this.#groups) {
-        if (g.end < now && !this.#dirty.has(g)) this.#drop(id, g);
+        if (g.end < now && !g.dirty) this.#drop(id, g);
       }
     }
     if (this.#groups.size <= this.#maxGroups) return;
     for (const [id, g] of this.#groups) {
       if (this.#groups.size <= this.#maxGroups) break;
-      if (!this.#dirty.has(g)) this.#drop(id, g);
+      if (!g.dirty) this.#drop(id, g);
     }
   }
 
   #drop(id: string, g: Group): void {
     g.gone = true;
+    this.#drops++;
     this.#groups.delete(id);
   }
 }
@@ -585,11 +646,6 @@ export function writeUsage(
 function stale(gs: RecordGroups): boolean {
   return gs.time.some((g) => g.gone) || gs.tenant.gone ||
     gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone;
-}
-
-/** Adds `n` to a group's sum in slot `i`. */
-function plus(sums: Float64Array, i: number, n: number): void {
-  sums[i] = sums[i]! + n;
 }
 
 /** A group's value: its sums by name, zeros left out. */
