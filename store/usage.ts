@@ -315,18 +315,7 @@ export class UsageRollups {
    */
   writeDue(store: Store, dueBy = Infinity, max = Infinity): Promise<void> {
     return this.#serial(async () => {
-      // Maps and sets iterate in insertion order: a group or tenant joins
-      // the end when it starts waiting, and stays put until written.
-      const chunks: RecordChunk[] = [];
-      for (const c of this.#records.values()) {
-        if (chunks.length >= max) break;
-        if (c.due <= dueBy) chunks.push(c);
-      }
-      const groups: Group[] = [];
-      for (const g of this.#dirty) {
-        if (chunks.length + groups.length >= max) break;
-        if (g.due <= dueBy) groups.push(g);
-      }
+      const { chunks, groups } = this.#due(dueBy, max);
       // Keys in order: each commit then touches fewer SQLite pages (~25% less CPU).
       chunks.sort((a, b) => a.tenantId < b.tenantId ? -1 : 1);
       groups.sort((a, b) => a.id < b.id ? -1 : 1);
@@ -350,15 +339,47 @@ export class UsageRollups {
           }
         });
       } finally {
-        this.#nextDue = Infinity;
-        for (const w of [this.#dirty, this.#records.values()]) {
-          for (const { due } of w) {
-            if (due < this.#nextDue) this.#nextDue = due;
-          }
-        }
+        this.#nextDue = this.#firstDue();
       }
       this.#evict(Date.now());
     });
+  }
+
+  /**
+   * What is due by `dueBy`, at most `max`, waiting longest first (maps and
+   * sets iterate in insertion order: a group or tenant joins the end when
+   * it starts waiting, and stays put until written). Each tick scans up to
+   * every waiting group (~10,000 for 1,000 busy tenants): forEach, unlike
+   * for-of over a set in this async writer, allocates nothing per element
+   * (the iterator results came to ~3.5 KB a request at 500 req/s).
+   */
+  #due(dueBy: number, max: number): {
+    chunks: RecordChunk[];
+    groups: Group[];
+  } {
+    const chunks: RecordChunk[] = [];
+    const groups: Group[] = [];
+    this.#records.forEach((c) => {
+      if (chunks.length < max && c.due <= dueBy) chunks.push(c);
+    });
+    this.#dirty.forEach((g) => {
+      if (chunks.length + groups.length < max && g.due <= dueBy) {
+        groups.push(g);
+      }
+    });
+    return { chunks, groups };
+  }
+
+  /** When the first thing waiting is due (Infinity: none). */
+  #firstDue(): number {
+    let first = Infinity;
+    this.#dirty.forEach((g) => {
+      if (g.due < first) first = g.due;
+    });
+    this.#records.forEach((c) => {
+      if (c.due < first) first = c.due;
+    });
+    return first;
   }
 
   /** Adds records and writes everything waiting (`add` then `writeDue`). */
