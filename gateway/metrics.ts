@@ -58,6 +58,14 @@ function esc(v: string): string {
     .slice(0, 200);
 }
 
+/** A model's label sets; `requests` by endpoint, then status. */
+interface ModelLabels {
+  model: string;
+  prompt: string;
+  completion: string;
+  requests: Map<string, Map<number, string>>;
+}
+
 /** The gateway's metrics. */
 export class GatewayMetrics {
   readonly #requests = new Map<string, number>();
@@ -65,6 +73,9 @@ export class GatewayMetrics {
   readonly #rejections = new Map<string, number>();
   readonly #latency = new Histogram();
   readonly #ttft = new Histogram();
+  /** Label strings by model, and by endpoint (see #labelsOf). */
+  readonly #models = new Map<string, ModelLabels>();
+  readonly #endpoints = new Map<string, string>();
 
   #inc(m: Map<string, number>, labels: string, n = 1): void {
     m.set(labels, (m.get(labels) ?? 0) + n);
@@ -80,21 +91,43 @@ export class GatewayMetrics {
     latencyMs: number,
     ttftMs: number | null,
   ): void {
-    const m = esc(model);
-    this.#inc(
-      this.#requests,
-      `endpoint="${endpoint}",model="${m}",status="${status}"`,
-    );
-    if (prompt > 0) {
-      this.#inc(this.#tokens, `model="${m}",type="prompt"`, prompt);
+    const l = this.#labelsOf(model);
+    let byStatus = l.requests.get(endpoint);
+    if (!byStatus) l.requests.set(endpoint, byStatus = new Map());
+    let requests = byStatus.get(status);
+    if (requests === undefined) {
+      requests = `endpoint="${endpoint}",model="${l.model}",status="${status}"`;
+      byStatus.set(status, requests);
     }
-    if (completion > 0) {
-      this.#inc(this.#tokens, `model="${m}",type="completion"`, completion);
+    this.#inc(this.#requests, requests);
+    if (prompt > 0) this.#inc(this.#tokens, l.prompt, prompt);
+    if (completion > 0) this.#inc(this.#tokens, l.completion, completion);
+    let e = this.#endpoints.get(endpoint);
+    if (e === undefined) {
+      this.#endpoints.set(endpoint, e = `endpoint="${endpoint}"`);
     }
-    this.#latency.observe(`endpoint="${endpoint}"`, latencyMs / 1000);
-    if (ttftMs !== null) {
-      this.#ttft.observe(`endpoint="${endpoint}"`, ttftMs / 1000);
+    this.#latency.observe(e, latencyMs / 1000);
+    if (ttftMs !== null) this.#ttft.observe(e, ttftMs / 1000);
+  }
+
+  /**
+   * A model's label strings, made once: escaping the name and building
+   * three label sets per request showed in the gateway's profile.
+   */
+  #labelsOf(model: string): ModelLabels {
+    let l = this.#models.get(model);
+    if (l === undefined) {
+      if (this.#models.size >= 1000) this.#models.clear(); // a bound, not a cache policy
+      const m = esc(model);
+      l = {
+        model: m,
+        prompt: `model="${m}",type="prompt"`,
+        completion: `model="${m}",type="completion"`,
+        requests: new Map(),
+      };
+      this.#models.set(model, l);
     }
+    return l;
   }
 
   /** Counts a request refused before reaching a node (auth, limits, validation). */
