@@ -257,6 +257,18 @@ export class Lease {
   readonly validUntil!: number;
   /** The quota view right after it was granted. */
   readonly view!: QuotaView;
+  /**
+   * How long before `validUntil` its successor is asked for: a quarter to
+   * half of `leaseMs`, at random, so the leases of 1,000 keys ending at the
+   * same minute boundary are renewed over 15 s, not all in the second when
+   * they reach their half.
+   */
+  readonly renewWithinMs!: number;
+  /**
+   * Set when it closed because its time ran out or its successor took
+   * over: its settlement may wait a few seconds (see #deferSettle).
+   */
+  ended = false;
 
   constructor(init: {
     planKey: string;
@@ -271,6 +283,7 @@ export class Lease {
     windowEnd: number;
     validUntil: number;
     view: QuotaView;
+    renewWithinMs: number;
   }) {
     Object.assign(this, init);
     this.since = init.opensAt;
@@ -339,6 +352,11 @@ export interface AdmitterOptions {
   /** How long a settlement may wait to share its commit with others (default 20 ms). */
   settleDelayMs?: number;
   /**
+   * The longest the settlement of a lease that ran its course waits
+   * (default 5 s; each waits a random share of it, see #deferSettle).
+   */
+  settleSpreadMs?: number;
+  /**
    * How long a lease admits requests, and the span its size is predicted
    * over (default 60 s, so a key with minute limits needs one lease a
    * minute; 0 turns leases off). Longer amortizes the commits of quieter
@@ -391,6 +409,7 @@ export class Admitter {
   readonly #maxChecks: number;
   readonly #maxInFlight: number;
   readonly #settleDelayMs: number;
+  readonly #settleSpreadMs: number;
   readonly #leaseMs: number;
   readonly #maxLease: number;
   readonly #renewDelayMs: number;
@@ -403,6 +422,9 @@ export class Admitter {
   >();
   readonly #releasedCache = new Map<string, number>();
   #settles: PendingSettle[] = [];
+  /** Settlements of leases that ran their course, each queued at `due`. */
+  #deferred: { due: number; s: PendingSettle }[] = [];
+  #deferTimer: ReturnType<typeof setInterval> | undefined;
   #settleTimer: ReturnType<typeof setTimeout> | undefined;
   #settling: Promise<void> | null = null;
   readonly #leases = new Map<string, Lease>();
@@ -427,6 +449,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
+    this.#settleSpreadMs = opts.settleSpreadMs ?? 5_000;
     this.#leaseMs = opts.leaseMs ?? 60_000;
     this.#maxLease = opts.maxLease ?? 256;
     this.#renewDelayMs = opts.renewDelayMs ?? 100;
@@ -532,13 +555,14 @@ export class Admitter {
         (!l.hasTokens ||
           l.res.tokens - l.tokensHeld - l.tokensUsed >= req.tokens)
       ) break;
-      this.#close(l);
+      this.#close(l, now >= l.validUntil);
     }
     l.admitted++;
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
-    // With half of leaseMs or less to go, or half its requests used (then
-    // without delay: it may run out within it), its successor is asked for.
+    // With renewWithinMs (a quarter to half of leaseMs) or less to go, or
+    // half its requests used (then without delay: it may run out within
+    // it), its successor is asked for.
     // A lease cut short by its window's end asks from its second request on:
     // its pace then tells which windows the successor counts in (see
     // #successorStart). A key quieter than that commits once after the end.
@@ -546,7 +570,7 @@ export class Admitter {
       const toGo = l.validUntil - now;
       if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
       else if (
-        2 * toGo <= this.#leaseMs &&
+        toGo <= l.renewWithinMs &&
         (l.admitted >= 2 || l.validUntil < l.windowEnd)
       ) this.#renew(pk, l, req, this.#renewDelayMs);
     }
@@ -603,10 +627,14 @@ export class Admitter {
     }, delayMs);
   }
 
-  /** Stops a lease admitting; it settles once its last request is done. */
-  #close(l: Lease): void {
+  /**
+   * Stops a lease admitting; it settles once its last request is done
+   * (`ended`: it ran its course, and its settlement may wait a little).
+   */
+  #close(l: Lease, ended = false): void {
     if (l.closing) return;
     l.closing = true;
+    l.ended = ended;
     if (this.#leases.get(l.planKey) === l) this.#leases.delete(l.planKey);
     else if (this.#next.get(l.planKey) === l) this.#next.delete(l.planKey);
     if (
@@ -625,7 +653,7 @@ export class Admitter {
       void l.shrinking.then(() => this.#settleLease(l));
       return;
     }
-    this.#queueSettle({
+    const s: PendingSettle = {
       id: l.res.id,
       versionstamp: l.res.versionstamp,
       releases: leaseReleases(
@@ -636,7 +664,49 @@ export class Admitter {
       ),
       resolve: () => {},
       reject: () => {}, // KV down: reclaimed after its deadline
+    };
+    if (l.ended) this.#deferSettle(s);
+    else this.#queueSettle(s);
+  }
+
+  /**
+   * Queues the settlement of a lease that ran its course up to
+   * `settleSpreadMs` later, at random: the 1,000 leases that end at a
+   * minute boundary settle over those seconds, a few per commit, instead
+   * of in a burst of commits that holds up requests. What they give back
+   * counts as used meanwhile (conservative); a refusal and `flush()` land
+   * them at once.
+   */
+  #deferSettle(s: PendingSettle): void {
+    this.#deferred.push({
+      due: Date.now() + this.#settleSpreadMs * Math.random(),
+      s,
     });
+    if (this.#deferTimer !== undefined) return;
+    const timer = setInterval(() => {
+      const now = Date.now();
+      const keep: { due: number; s: PendingSettle }[] = [];
+      for (const d of this.#deferred) {
+        if (d.due <= now) this.#queueSettle(d.s);
+        else keep.push(d);
+      }
+      this.#deferred = keep;
+      if (keep.length === 0) this.#stopDeferred();
+    }, Math.max(10, this.#settleSpreadMs / 20));
+    Deno.unrefTimer(timer);
+    this.#deferTimer = timer;
+  }
+
+  /** Queues every deferred settlement now. */
+  #undefer(): void {
+    for (const d of this.#deferred) this.#settles.push(d.s);
+    this.#deferred = [];
+    this.#stopDeferred();
+  }
+
+  #stopDeferred(): void {
+    clearInterval(this.#deferTimer);
+    this.#deferTimer = undefined;
   }
 
   /**
@@ -696,13 +766,13 @@ export class Admitter {
   #activate(l: Lease, next = false): void {
     const map = next ? this.#next : this.#leases;
     const old = map.get(l.planKey);
-    if (old) this.#close(old);
+    if (old) this.#close(old, true);
     map.set(l.planKey, l);
     if (this.#sweep === undefined) {
       const sweep = setInterval(() => {
         const t = Date.now();
         for (const l of [...this.#leases.values(), ...this.#next.values()]) {
-          if (t >= l.validUntil) this.#close(l);
+          if (t >= l.validUntil) this.#close(l, true);
         }
       }, Math.min(this.#leaseMs, 1000));
       this.#sweep = sweep;
@@ -1091,6 +1161,7 @@ export class Admitter {
       windowEnd,
       validUntil,
       view: viewOf(rules, cs, now),
+      renewWithinMs: this.#leaseMs * (0.25 + 0.25 * Math.random()),
     });
   }
 
@@ -1220,6 +1291,7 @@ export class Admitter {
   }
 
   async #flushSettles(): Promise<void> {
+    this.#undefer();
     while (this.#settles.length > 0 || this.#settling) {
       this.#kickSettles(0);
       await this.#settling;

@@ -601,3 +601,33 @@ Deno.test("Admitter leases of two gateways never over-admit a shared window", as
   assert.equal(await countReservations(store), 0);
   kv.close();
 });
+
+Deno.test("Admitter settles a lease that ran its course a little later, or at once on flush()", async () => {
+  await awayFromMinuteEdge(8000);
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", ROOMY, null);
+  // Spread long: a lease that ends stays held until flush().
+  const a = new Admitter(store, { leaseMs: 300, settleSpreadMs: 60_000 });
+  const start = Date.now();
+  const leased = await steadyKey(a, plan, Date.now() + 600, 20);
+  assert.ok(leased.includes(true), "no request came from a lease");
+  await sleep(1300); // its leases end, and the sweep closes them
+  assert.ok(await countReservations(store) >= 1, "a lease settled at once");
+  await a.flush();
+  assert.equal(await countReservations(store), 0);
+  assert.equal(await rpmUsed(store, "t:t1", start), leased.length);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  // Spread short: it settles on its own.
+  const b = new Admitter(store, { leaseMs: 300, settleSpreadMs: 200 });
+  const again = await steadyKey(b, plan, Date.now() + 600, 20);
+  assert.ok(again.includes(true), "no request came from a lease");
+  await sleep(1300 + 300);
+  assert.equal(await countReservations(store), 0);
+  assert.equal(
+    await rpmUsed(store, "t:t1", start),
+    leased.length + again.length,
+  );
+  await b.flush();
+  kv.close();
+});
