@@ -16,8 +16,11 @@
  * window's end, when that is less than 30 s later; every counter of its
  * plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
- * giving back what it did not use. Its successor is granted off the request
- * path once it has half its time or requests left, counted in the windows
+ * giving back what it did not use (a lease that ran its course settles
+ * within a few seconds, at random, so 1,000 ending at a minute boundary do
+ * not settle in one burst). Its successor is granted off the request path
+ * once it has half its requests, or a random quarter to half of its time,
+ * left (leases ending together renew over 15 s), counted in the windows
  * it starts in (the next minute's, or the same minute's when the key would
  * use its lease up before the minute ends), so a steady key never waits for
  * a commit, even at a minute boundary. Leases take at most a tenth of any
