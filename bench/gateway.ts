@@ -10,7 +10,8 @@
  * on new children (each scenario's three targets start fresh together).
  * Each number is the median of 3 rounds in which the targets take turns.
  * The load generator and the upstream start with a larger heap (see
- * LOAD_V8_FLAGS); the floor and the gateway run with Deno's defaults.
+ * LOAD_V8_FLAGS); the floor and the gateway run with the V8 flags of
+ * `deno task start` (SERVER_V8_FLAGS).
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
@@ -107,14 +108,25 @@ interface Child {
  * them) and of the upstream, both shared by every target: a heap that
  * starts at 128 MB. With Deno's default a small process like these runs a
  * major GC about every 0.4 s at 500 req/s (42 in 18 s, against 3), and
- * each added its 1–3 ms pause to whichever request was in flight. The
- * floor and the gateway run with Deno's defaults, as `deno task start`.
+ * each added its 1–3 ms pause to whichever request was in flight.
  */
 const LOAD_V8_FLAGS = "--initial-heap-size=128";
+
+/**
+ * V8 flags of the floor and the gateway: those `deno task start` runs
+ * Orchard with (read from deno.json, so the two cannot drift apart).
+ */
+const SERVER_V8_FLAGS = await (async () => {
+  const config = JSON.parse(
+    await Deno.readTextFile(new URL("../deno.json", import.meta.url)),
+  ) as { tasks: Record<string, string> };
+  return /--v8-flags=(\S+)/.exec(config.tasks.start ?? "")?.[1] ?? null;
+})();
 
 async function spawn(...args: string[]): Promise<Child> {
   const v8 = [
     ...(args[0] === "upstream" ? [LOAD_V8_FLAGS] : []),
+    ...(args[0] !== "upstream" && SERVER_V8_FLAGS ? [SERVER_V8_FLAGS] : []),
     ...(Deno.env.get("BENCH_PROF") === args[0] ? ["--prof"] : []),
   ];
   const proc = new Deno.Command(Deno.execPath(), {
