@@ -11,7 +11,8 @@
  * Each number is the median of 3 rounds in which the targets take turns.
  * The load generator and the upstream start with a larger heap (see
  * LOAD_V8_FLAGS); the floor and the gateway run with the V8 flags of
- * `deno task start` (SERVER_V8_FLAGS).
+ * `deno task start` (SERVER_V8_FLAGS), and the gateway on an embedded KV
+ * store in a file, as `deno task start` runs it.
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
@@ -373,6 +374,7 @@ async function fresh(
 ) {
   const up = await spawn("upstream");
   const children = [up];
+  const kvDir = await Deno.makeTempDir({ prefix: "orchard-bench-" });
   try {
     const floor = await spawn("floor", String(up.info.port));
     children.push(floor);
@@ -382,6 +384,7 @@ async function fresh(
       String(up.info.port),
       String(tenants),
       String(keysPerTenant),
+      kvDir,
     );
     children.push(gw);
     if (note) console.log(`\n${note(performance.now() - t0)}`);
@@ -403,6 +406,7 @@ async function fresh(
         await c.proc.status;
       } catch { /* already gone */ }
     }
+    await Deno.remove(kvDir, { recursive: true });
   }
 }
 
@@ -473,7 +477,11 @@ if (role === "upstream") {
   const upstream = `http://127.0.0.1:${Deno.args[1]}`;
   const tenants = Number(Deno.args[2] ?? 1);
   const keysPerTenant = Number(Deno.args[3] ?? 1);
-  const kv = await Deno.openKv(":memory:");
+  // The embedded store in a file, as `deno task start` keeps it (commits
+  // reach the disk; an in-memory store would leave that out).
+  const kv = await Deno.openKv(
+    Deno.args[4] ? `${Deno.args[4]}/orchard.kv` : ":memory:",
+  );
   const store = await createStore(kv);
   const keys: string[] = [];
   for (let t = 0; t < tenants; t++) {
