@@ -223,6 +223,62 @@ Deno.test("Admitter.settle() batches settlements into few commits, exactly once 
   kv.close();
 });
 
+Deno.test("Admitter.settle() keeps each commit of many tenants' settlements within 128 mutations", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const a = new Admitter(store, { settleDelayMs: 50, leaseMs: 0 });
+  const limits = {
+    ...UNLIMITED,
+    tpm: 1e9,
+    tokensPerDay: 1e9,
+    tokensPerMonth: 1e9,
+    concurrency: 10,
+  };
+  const granted = await Promise.all(
+    Array.from(
+      { length: 60 },
+      (_, t) => a.admit(req(limitPlan(`t${t}`, `k${t}`, limits, limits), 50)),
+    ),
+  );
+  const commits: number[] = [];
+  const atomic = kv.atomic.bind(kv);
+  kv.atomic = () => {
+    const op = atomic();
+    let n = 0;
+    for (const m of ["check", "set", "delete", "sum"] as const) {
+      const f = op[m].bind(op) as (...a: unknown[]) => Deno.AtomicOperation;
+      (op[m] as unknown) = (...a: unknown[]) => {
+        n += m === "check" ? a.length : 1;
+        return f(...a);
+      };
+    }
+    const commit = op.commit.bind(op);
+    op.commit = () => {
+      commits.push(n);
+      return commit();
+    };
+    return op;
+  };
+  // 60 tenants' settlements, each a check, a delete and sums on its own
+  // tenant's and key's counters (~10 mutations), queued together.
+  const outcomes = await Promise.all(
+    granted.map((g) => a.settle(g.ok ? g.reservation! : assert.fail(), 20)),
+  );
+  assert.ok(outcomes.every((ok) => ok));
+  assert.ok(commits.length > 1, `${commits.length} commits`);
+  assert.ok(
+    commits.every((n) => n <= 128),
+    `mutations per commit: ${commits.join(", ")}`,
+  );
+  const day = windowOf("day", Date.now())[0];
+  for (const t of [0, 59]) {
+    assert.equal(await counterValue(store, `t:t${t}`, day), 20);
+    assert.equal(await counterValue(store, `k:k${t}`, "conc"), 0);
+  }
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
 Deno.test("Admitter.admit() lands its own pending settlements before refusing", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
