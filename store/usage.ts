@@ -83,10 +83,10 @@ function subjects(r: UsageRecord): [UsageDimension, string][] {
 
 /**
  * Most mutations in one atomic write (KV allows 1000 and 800 KiB). Kept
- * small: a commit serializes its mutations on the main thread, and 500 of
- * them stalled request handling for ~10 ms.
+ * small: a commit serializes its mutations on the main thread (~10 µs a
+ * rollup value), and 100 of them held requests up for up to ~4 ms.
  */
-const MAX_MUTATIONS = 100;
+const MAX_MUTATIONS = 50;
 /**
  * Most records in one KV value: a record is at most ~900 bytes serialized
  * (ids, a model name of at most 256 characters, numbers), so a value stays
@@ -94,10 +94,10 @@ const MAX_MUTATIONS = 100;
  */
 export const RECORDS_PER_VALUE = 48;
 /**
- * Most records in one atomic write (KV allows 800 KiB in all): ~0.5 ms of
- * serialization on the main thread.
+ * Most records in one atomic write (KV allows 800 KiB in all): a value's
+ * worth, ~0.5 ms of serialization on the main thread.
  */
-const RECORDS_PER_COMMIT = 96;
+const RECORDS_PER_COMMIT = RECORDS_PER_VALUE;
 
 /**
  * A rollup group's totals, the value stored under each shard key: field
