@@ -94,10 +94,12 @@ const MAX_MUTATIONS = 50;
  */
 export const RECORDS_PER_VALUE = 48;
 /**
- * Most records in one atomic write (KV allows 800 KiB in all): a value's
- * worth, ~0.5 ms of serialization on the main thread.
+ * Most records in one atomic write (KV allows 800 KiB in all): two values'
+ * worth, ~1 ms of serialization on the main thread. One would halve that,
+ * but a backlog of full values (after a burst) would then cost a commit,
+ * and with the embedded store an fsync, each.
  */
-const RECORDS_PER_COMMIT = RECORDS_PER_VALUE;
+const RECORDS_PER_COMMIT = 2 * RECORDS_PER_VALUE;
 
 /**
  * A rollup group's totals, the value stored under each shard key: field

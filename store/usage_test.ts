@@ -233,11 +233,11 @@ Deno.test("rollups needing several commits, written again after a later one fail
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
-  // 200 tenants: 5 commits of records (48 each at most), then ~2,600
+  // 200 tenants: 3 commits of records (96 each at most), then ~2,600
   // rollup sets (50 a commit), so the first rollup commit lands before the
   // second fails.
   const batch = oneEach(200);
-  failCommit(kv, 7);
+  failCommit(kv, 5);
   await assert.rejects(acc.write(store, batch), /KV went away/);
   assert.equal(acc.waitingRecords, 0, "the records landed");
   assert.ok(acc.pending > 0, "the groups not known written stay pending");
