@@ -13,7 +13,10 @@
  * The load generator and the upstream start with a larger heap (see
  * LOAD_V8_FLAGS); the floor and the gateway run with the V8 flags of
  * `deno task start` (SERVER_V8_FLAGS), and the gateway on an embedded KV
- * store in a file, as `deno task start` runs it.
+ * store in a file, as `deno task start` runs it. A seed child writes the
+ * tenants and keys into that file first, so the gateway starts on a store
+ * that already holds them, as after a restart (its heap holds nothing of
+ * the seeding).
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
@@ -387,13 +390,14 @@ async function fresh(
     const floor = await spawn("floor", String(up.info.port));
     children.push(floor);
     const t0 = performance.now();
-    const gw = await spawn(
-      "gateway",
-      String(up.info.port),
+    const seed = await spawn(
+      "seed",
       String(tenants),
       String(keysPerTenant),
       kvDir,
     );
+    await seed.proc.status;
+    const gw = await spawn("gateway", String(up.info.port), kvDir);
     children.push(gw);
     if (note) console.log(`\n${note(performance.now() - t0)}`);
     const target = (name: string, c: Child, keys: string[] = []): Target => ({
@@ -405,7 +409,7 @@ async function fresh(
     await scenario(label, [
       target("direct", up),
       target("floor", floor),
-      target("gateway", gw, gw.info.keys!),
+      target("gateway", gw, seed.info.keys!),
     ]);
   } finally {
     for (const c of children) {
@@ -481,15 +485,14 @@ if (role === "upstream") {
     });
   });
   console.log(JSON.stringify({ port }));
-} else if (role === "gateway") {
-  const upstream = `http://127.0.0.1:${Deno.args[1]}`;
-  const tenants = Number(Deno.args[2] ?? 1);
-  const keysPerTenant = Number(Deno.args[3] ?? 1);
-  // The embedded store in a file, as `deno task start` keeps it (commits
-  // reach the disk; an in-memory store would leave that out).
-  const kv = await Deno.openKv(
-    Deno.args[4] ? `${Deno.args[4]}/orchard.kv` : ":memory:",
-  );
+} else if (role === "seed") {
+  // Writes the tenants and keys into the KV file the gateway will open,
+  // and prints a sample of the keys: the gateway then starts on a store
+  // that already holds them, as after a restart, and its heap holds none of
+  // the seeding's garbage or caches.
+  const tenants = Number(Deno.args[1]);
+  const keysPerTenant = Number(Deno.args[2]);
+  const kv = await Deno.openKv(`${Deno.args[3]}/orchard.kv`);
   const store = await createStore(kv);
   const keys: string[] = [];
   for (let t = 0; t < tenants; t++) {
@@ -510,6 +513,19 @@ if (role === "upstream") {
       );
     }
   }
+  kv.close();
+  // Only a sample of keys is handed to the load generator (all are in KV).
+  const sample = keys.length <= 1000
+    ? keys
+    : Array.from({ length: 1000 }, (_, i) => keys[(i * 7919) % keys.length]!);
+  console.log(JSON.stringify({ port: 0, keys: sample }));
+} else if (role === "gateway") {
+  const upstream = `http://127.0.0.1:${Deno.args[1]}`;
+  // The embedded store in a file, as `deno task start` keeps it (commits
+  // reach the disk; an in-memory store would leave that out), seeded by
+  // the seed child.
+  const kv = await Deno.openKv(`${Deno.args[2]}/orchard.kv`);
+  const store = await createStore(kv);
   const node: NodeView = {
     id: "bench-node",
     name: "bench",
@@ -543,11 +559,7 @@ if (role === "upstream") {
     logger: silentLogger,
   });
   const port = listen(gw.app.fetch);
-  // Only a sample of keys is handed to the load generator (all are in KV).
-  const sample = keys.length <= 1000
-    ? keys
-    : Array.from({ length: 1000 }, (_, i) => keys[(i * 7919) % keys.length]!);
-  console.log(JSON.stringify({ port, keys: sample }));
+  console.log(JSON.stringify({ port }));
 } else {
   await main();
 }
