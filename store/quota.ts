@@ -16,9 +16,9 @@
  * window's end, when that is less than 30 s later; every counter of its
  * plan raised by n requests' worth, under one reservation record), and
  * requests admitted from it touch no KV at all; the lease settles once,
- * giving back what it did not use (a lease that ran its course settles
- * within a few seconds, at random, so 1,000 ending at a minute boundary do
- * not settle in one burst). Its successor is granted off the request path
+ * giving back what it did not use (a lease that ran its course, ended or
+ * used up, settles within 15 s, at random, so 1,000 ending at a minute
+ * boundary, or used up at the same pace, do not settle in one burst). Its successor is granted off the request path
  * once it has half its requests, or a random quarter to half of its time,
  * left (leases ending together renew over 15 s), counted in the windows
  * it starts in (the next minute's, or the same minute's when the key would
@@ -355,8 +355,9 @@ export interface AdmitterOptions {
   /** How long a settlement may wait to share its commit with others (default 20 ms). */
   settleDelayMs?: number;
   /**
-   * The longest the settlement of a lease that ran its course waits
-   * (default 5 s; each waits a random share of it, see #deferSettle).
+   * The longest the settlement of a lease that ran its course (ended, or
+   * used up) waits (default 15 s; each waits a random share of it, see
+   * #deferSettle).
    */
   settleSpreadMs?: number;
   /**
@@ -460,7 +461,7 @@ export class Admitter {
     this.#maxChecks = Math.min(opts.maxChecks ?? 100, 100);
     this.#maxInFlight = opts.maxInFlight ?? 2;
     this.#settleDelayMs = opts.settleDelayMs ?? 20;
-    this.#settleSpreadMs = opts.settleSpreadMs ?? 5_000;
+    this.#settleSpreadMs = opts.settleSpreadMs ?? 15_000;
     this.#leaseMs = opts.leaseMs ?? 60_000;
     this.#maxLease = opts.maxLease ?? 256;
     this.#renewDelayMs = opts.renewDelayMs ?? 100;
@@ -566,7 +567,8 @@ export class Admitter {
         (!l.hasTokens ||
           l.res.tokens - l.tokensHeld - l.tokensUsed >= req.tokens)
       ) break;
-      this.#close(l, now >= l.validUntil);
+      // Ended or used up, it ran its course: its settlement may wait.
+      this.#close(l, now >= l.validUntil || l.admitted >= l.n);
     }
     l.admitted++;
     l.inFlight++;
