@@ -385,6 +385,12 @@ export interface AdmitterOptions {
  * capacity another one holds idle (leases close within `leaseMs`).
  */
 const LEASE_SHARE = 0.1;
+/**
+ * The shortest time a young key's pace is measured over (see #expected):
+ * two requests in a burst make a lease of 2 × leaseMs / 10 s (12 a
+ * minute), not 2 × leaseMs / their few ms apart.
+ */
+const YOUNG_RATE_MS = 10_000;
 const LEASE_MIN_ROOM = 100;
 
 /**
@@ -509,12 +515,22 @@ export class Admitter {
    * Requests a plan is expected to make in the next `leaseMs`: its count
    * over the last `leaseMs` (the current period plus the part of the one
    * before that it still covers), so a key making one request a second
-   * gets a lease of sixty, and a key seen once none.
+   * gets a lease of sixty, and a key seen once none. A key seen for less
+   * than `leaseMs` (new, or back after an idle period) has its count so
+   * far scaled up to `leaseMs`, over at least YOUNG_RATE_MS: its first
+   * lease is then sized for its pace, not for the few requests it has made
+   * yet (after a restart, 1,000 keys at one request every two seconds took
+   * ~30 s of small leases, each a grant and a settlement, to get there).
    */
   #expected(pk: string, now: number): number {
     const r = this.#rates.get(pk);
     if (!r) return 0;
-    const into = Math.min(1, (now - r.since) / this.#leaseMs);
+    const seen = now - r.since;
+    if (r.last === 0 && r.count >= 2) {
+      return r.count * this.#leaseMs /
+        Math.min(this.#leaseMs, Math.max(YOUNG_RATE_MS, seen));
+    }
+    const into = Math.min(1, seen / this.#leaseMs);
     return r.count + r.last * (1 - into);
   }
 

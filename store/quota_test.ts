@@ -376,6 +376,37 @@ Deno.test("Admitter leases a quiet key the requests it made over the horizon", a
   kv.close();
 });
 
+Deno.test("Admitter sizes a young key's first lease for its pace, not for the few requests it made yet", async () => {
+  await awayFromMinuteEdge(25_000);
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...UNLIMITED,
+    rpm: 100_000,
+    concurrency: 10_000,
+  }, null);
+  const a = new Admitter(store); // leases of 60 s
+  const first = await a.admit(req(plan));
+  assert.ok(first.ok && first.reservation && !first.reservation.lease);
+  await a.settle(first.reservation, 4);
+  const second = await a.admit(req(plan));
+  assert.ok(second.ok && second.reservation);
+  await a.settle(second.reservation, 4);
+  const third = await a.admit(req(plan));
+  assert.ok(third.ok && third.reservation?.lease);
+  // Two requests ms apart are a pace of at least 2 per 10 s: 12 a minute,
+  // for the part of the minute the lease runs (over 25 s: 5 or more).
+  // Counted over their few ms, it would be the whole cap; counted as made
+  // so far, 2.
+  const n = third.reservation.lease.n;
+  assert.ok(n >= 5 && n <= 12, `lease of ${n}`);
+  await a.settle(third.reservation, 4);
+  await a.flush();
+  assert.equal(await rpmUsed(store, "t:t1", Date.now() - 1000), 3);
+  assert.equal(await countReservations(store), 0);
+  kv.close();
+});
+
 /** Tenant limits far from any lease's reach. */
 const ROOMY = {
   ...UNLIMITED,
