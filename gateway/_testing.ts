@@ -58,7 +58,14 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
     close: async () => {},
   };
   const server = Deno.serve(
-    { port: 0, hostname: "127.0.0.1", onListen() {} },
+    {
+      port: 0,
+      hostname: "127.0.0.1",
+      onListen() {},
+      // A scripted kill errors the response stream on purpose; without
+      // this, Deno's server prints each one's stack to the test output.
+      onError: () => new Response(null, { status: 500 }),
+    },
     async (req) => {
       const path = new URL(req.url).pathname;
       const body = await req.json().catch(() => ({}));
