@@ -18,9 +18,10 @@
  * requests admitted from it touch no KV at all; the lease settles once,
  * giving back what it did not use (a lease that ran its course, ended or
  * used up, settles within 15 s, at random, so 1,000 ending at a minute
- * boundary, or used up at the same pace, do not settle in one burst). Its successor is granted off the request path
- * once it has half its requests, or a random quarter to half of its time,
- * left (leases ending together renew over 15 s), counted in the windows
+ * boundary, or used up at the same pace, do not settle in one burst). Its
+ * successor is granted off the request path once it has half its
+ * requests, or a random quarter to half of its time, left (leases ending
+ * together renew over 15 s), counted in the windows
  * it starts in (the next minute's, or the same minute's when the key would
  * use its lease up before the minute ends), so a steady key never waits for
  * a commit, even at a minute boundary. Leases take at most a tenth of any
@@ -385,13 +386,13 @@ export interface AdmitterOptions {
  * capacity another one holds idle (leases close within `leaseMs`).
  */
 const LEASE_SHARE = 0.1;
+const LEASE_MIN_ROOM = 100;
 /**
  * The shortest time a young key's pace is measured over (see #expected):
  * two requests in a burst make a lease of 2 × leaseMs / 10 s (12 a
  * minute), not 2 × leaseMs / their few ms apart.
  */
 const YOUNG_RATE_MS = 10_000;
-const LEASE_MIN_ROOM = 100;
 
 /**
  * Most mutations in one settlement commit. A commit builds and serializes

@@ -343,15 +343,20 @@ Deno.test("Admitter leases a busy key's capacity: few commits, exact usage once 
   kv.close();
 });
 
+/** Tenant t1's plan with a request rate and concurrency far from any lease's reach. */
+const roomyRpmPlan = () =>
+  limitPlan(
+    "t1",
+    "k1",
+    { ...UNLIMITED, rpm: 100_000, concurrency: 10_000 },
+    null,
+  );
+
 Deno.test("Admitter leases a quiet key the requests it made over the horizon", async () => {
   await awayFromMinuteEdge();
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
-  const plan = limitPlan("t1", "k1", {
-    ...UNLIMITED,
-    rpm: 100_000,
-    concurrency: 10_000,
-  }, null);
+  const plan = roomyRpmPlan();
   const a = new Admitter(store, { leaseMs: 30_000 });
   const start = Date.now();
   const leased: boolean[] = [];
@@ -380,11 +385,7 @@ Deno.test("Admitter sizes a young key's first lease for its pace, not for the fe
   await awayFromMinuteEdge(25_000);
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
-  const plan = limitPlan("t1", "k1", {
-    ...UNLIMITED,
-    rpm: 100_000,
-    concurrency: 10_000,
-  }, null);
+  const plan = roomyRpmPlan();
   const a = new Admitter(store); // leases of 60 s
   const first = await a.admit(req(plan));
   assert.ok(first.ok && first.reservation && !first.reservation.lease);
