@@ -23,8 +23,10 @@
  * requests, or a random quarter to half of its time, left (leases ending
  * together renew over 15 s), counted in the windows
  * it starts in (the next minute's, or the same minute's when the key would
- * use its lease up before the minute ends), so a steady key never waits for
- * a commit, even at a minute boundary. Leases take at most a tenth of any
+ * use its lease up before the minute ends; one granted in the same minute
+ * for a burst that has since slowed down goes back, and one in the next
+ * minute's is asked for), so a steady key never waits for a commit, even
+ * at a minute boundary. Leases take at most a tenth of any
  * window's remaining capacity and none is granted near a limit, so
  * admission stays exact there, one commit per request; a refusal first
  * closes the tenant's leases and gives back their idle capacity.
@@ -596,8 +598,20 @@ export class Admitter {
     // A lease cut short by its window's end asks from its second request on:
     // its pace then tells which windows the successor counts in (see
     // #successorStart). A key quieter than that commits once after the end.
+    const toGo = l.validUntil - now;
+    const next = this.#next.get(pk);
+    if (
+      next && !this.#renewing.has(pk) && next.validUntil <= l.validUntil &&
+      toGo <= l.renewWithinMs && l.admitted >= 2 &&
+      this.#successorStart(l, now) > now
+    ) {
+      // A successor granted in this lease's windows, for a burst that has
+      // since slowed down, would end with it unused: it goes back, and one
+      // in the next windows is asked for instead (else every key slowing
+      // down after a burst commits on the path after the window's end).
+      this.#close(next, true);
+    }
     if (!this.#renewing.has(pk) && !this.#next.has(pk)) {
-      const toGo = l.validUntil - now;
       if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
       else if (
         toGo <= l.renewWithinMs &&

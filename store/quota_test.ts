@@ -567,6 +567,54 @@ Deno.test("Admitter gives a lease used up before its window ends a successor in 
   });
 });
 
+Deno.test("Admitter renews a key slowing down after a burst in the next minute's windows, not in the burst's", async () => {
+  // The clock runs 3 s before a minute boundary. A burst uses leases up
+  // (each successor counted in the same minute); then the key slows to
+  // one request every 250 ms, and its lease would last past the boundary:
+  // the successor granted for the burst would end with it, unused.
+  await beforeMinuteBoundary(3000, async () => {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", ROOMY, null);
+    const a = new Admitter(store, { renewDelayMs: 5, maxLease: 100 });
+    const start = Date.now();
+    const boundary = windowOf("rpm", start)[1];
+    // The burst stops with its third lease 60% used: past half, so its
+    // successor was asked for, in the same minute (at the burst's pace).
+    let burst = 0;
+    const seen = new Set<unknown>();
+    for (;;) {
+      const r = await a.admit(req(plan));
+      assert.ok(r.ok && r.reservation);
+      burst++;
+      await a.settle(r.reservation, 4);
+      const l = r.reservation.lease;
+      if (l) seen.add(l);
+      if (l && seen.size >= 3 && l.admitted >= 0.6 * l.n) break;
+    }
+    const slow = await steadyKey(a, plan, boundary, 250);
+    // Past the boundary, the first requests are admitted from a lease
+    // granted before it, in the next minute's windows.
+    const after = await steadyKey(a, plan, boundary + 800, 250);
+    assert.ok(after.length >= 3, `${after.length} requests`);
+    assert.ok(
+      after.every((l) => l),
+      `committed on the path after the boundary: ${
+        after.flatMap((l, i) => l ? [] : [i])
+      }`,
+    );
+    await a.flush();
+    const used = await twoMinutes(store, start);
+    assert.equal(
+      used[0]! + used[1]!,
+      burst + slow.length + after.length,
+    );
+    assert.ok(used[1]! >= after.length, `${used}`);
+    assert.equal(await countReservations(store), 0);
+    kv.close();
+  });
+});
+
 Deno.test("Admitter keeps every commit within maxChecks, successors in the next minute's windows included", async () => {
   // The clock runs 2 s before a minute boundary: a successor counts in the
   // next minute, so it shares no counter with the requests admitted now.
