@@ -592,12 +592,6 @@ export class Admitter {
     l.admitted++;
     l.inFlight++;
     if (l.hasTokens) l.tokensHeld += req.tokens;
-    // With renewWithinMs (a quarter to half of leaseMs) or less to go, or
-    // half its requests used (then without delay: it may run out within
-    // it), its successor is asked for.
-    // A lease cut short by its window's end asks from its second request on:
-    // its pace then tells which windows the successor counts in (see
-    // #successorStart). A key quieter than that commits once after the end.
     const toGo = l.validUntil - now;
     const next = this.#next.get(pk);
     if (
@@ -607,10 +601,16 @@ export class Admitter {
     ) {
       // A successor granted in this lease's windows, for a burst that has
       // since slowed down, would end with it unused: it goes back, and one
-      // in the next windows is asked for instead (else every key slowing
+      // in the next windows is asked for below (else every key slowing
       // down after a burst commits on the path after the window's end).
       this.#close(next, true);
     }
+    // With renewWithinMs (a quarter to half of leaseMs) or less to go, or
+    // half its requests used (then without delay: it may run out within
+    // it), its successor is asked for.
+    // A lease cut short by its window's end asks from its second request on:
+    // its pace then tells which windows the successor counts in (see
+    // #successorStart). A key quieter than that commits once after the end.
     if (!this.#renewing.has(pk) && !this.#next.has(pk)) {
       if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
       else if (
