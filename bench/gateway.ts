@@ -554,6 +554,7 @@ if (role === "upstream") {
     lastHeartbeatAt: null,
     enrolledAt: new Date().toISOString(),
   };
+  const target = { url: upstream, headers: {} };
   const fleet: Fleet = {
     candidates: (m) => (m === "bench" ? [node] : []),
     servedModels: () => [{
@@ -564,6 +565,7 @@ if (role === "upstream") {
       nodeIds: [node.id],
     }],
     resolveModel: (m) => m,
+    nodeTarget: () => Promise.resolve(target),
     fetchNode: (_id, path, init) => fetch(upstream + path, init),
   };
   const gw = createGateway({ store, config: testConfig(), fleet }, {

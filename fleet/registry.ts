@@ -20,7 +20,7 @@ import {
   NODE_JWT_REUSE_MS,
   NODE_JWT_TTL_SECONDS,
 } from "./protocol.ts";
-import type { Fleet, NodeView } from "./types.ts";
+import type { Fleet, NodeTarget, NodeView } from "./types.ts";
 
 /** Options of `createFleet`. */
 export interface FleetDeps {
@@ -63,7 +63,11 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   }
   let records = new Map<string, NodeRecord>();
   let statuses = new Map<string, NodeStatus>();
-  const jwts = new Map<string, { token: string; at: number }>();
+  /** Each node's JWT, and its target while the JWT is reused (one object, not one a call). */
+  const jwts = new Map<
+    string,
+    { token: string; at: number; target?: NodeTarget }
+  >();
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let inflight: Promise<void> | null = null;
@@ -140,6 +144,23 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     return token;
   }
 
+  /** A node's URL and the headers of a call to it. */
+  async function nodeTarget(nodeId: string): Promise<NodeTarget> {
+    const rec = records.get(nodeId) ?? await getNodeRecord(store, nodeId);
+    if (!rec) {
+      throw new Error(`Cannot call node ${nodeId}: it is not enrolled`);
+    }
+    const token = await jwtFor(nodeId);
+    const hit = jwts.get(nodeId);
+    if (hit?.target?.url === rec.url) return hit.target;
+    const target = {
+      url: rec.url,
+      headers: { authorization: `Bearer ${hit?.token ?? token}` },
+    };
+    if (hit) hit.target = target;
+    return target;
+  }
+
   return {
     candidates(model) {
       return serving().filter((v) => v.models.some((m) => matches(m, model)))
@@ -179,14 +200,12 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       }
       return model;
     },
+    nodeTarget,
     async fetchNode(nodeId, path, init) {
-      const rec = records.get(nodeId) ?? await getNodeRecord(store, nodeId);
-      if (!rec) {
-        throw new Error(`Cannot call node ${nodeId}: it is not enrolled`);
-      }
+      const target = await nodeTarget(nodeId);
       const headers = new Headers(init.headers);
-      headers.set("authorization", `Bearer ${await jwtFor(nodeId)}`);
-      return await fetch(rec.url + path, {
+      for (const [k, v] of Object.entries(target.headers)) headers.set(k, v);
+      return await fetch(target.url + path, {
         ...init,
         headers,
         redirect: "manual",

@@ -24,6 +24,12 @@ export interface NodeView {
   enrolledAt: string;
 }
 
+/** Where a node is called, and the headers each call carries. */
+export interface NodeTarget {
+  url: string;
+  headers: Record<string, string>;
+}
+
 /** The node registry as the gateway uses it. */
 export interface Fleet {
   /**
@@ -44,8 +50,14 @@ export interface Fleet {
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**
-   * Calls a node: `path` like `/v1/chat/completions`, with a short-lived
-   * gateway-signed JWT (`aud` = node id) added. Redirects are not followed.
+   * How to call a node: its base URL and the headers every call carries (a
+   * short-lived gateway-signed JWT, `aud` = node id). The gateway's own
+   * HTTP/1.1 client sends its requests with them.
+   */
+  nodeTarget(nodeId: string): Promise<NodeTarget>;
+  /**
+   * Calls a node with `fetch`: `path` like `/v1/chat/completions`, with the
+   * target's headers added. Redirects are not followed.
    */
   fetchNode(nodeId: string, path: string, init: RequestInit): Promise<Response>;
 }

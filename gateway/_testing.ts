@@ -4,7 +4,7 @@
  * such upstreams, and a world with a tenant, keys and a served gateway.
  */
 import { testConfig } from "../config.ts";
-import type { Fleet, NodeView } from "../fleet/types.ts";
+import type { Fleet, NodeTarget, NodeView } from "../fleet/types.ts";
 import type { EngineModel } from "../node/engine.ts";
 import { createApiKey } from "../store/api_keys.ts";
 import type { Limits } from "../store/limits.ts";
@@ -342,6 +342,12 @@ export class StaticFleet implements Fleet {
 
   resolveModel(model: string): string {
     return this.aliases.get(model) ?? model;
+  }
+
+  nodeTarget(nodeId: string): Promise<NodeTarget> {
+    const n = this.nodes.find((x) => x.id === nodeId);
+    if (!n) return Promise.reject(new Error(`unknown node ${nodeId}`));
+    return Promise.resolve({ url: n.url, headers: {} });
   }
 
   fetchNode(

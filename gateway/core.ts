@@ -87,11 +87,15 @@ export class GatewayCore {
     p.finally(() => this.#pending.delete(p)).catch(() => {});
   }
 
-  /** Waits for settlements and usage writes in progress. */
+  /**
+   * Waits for settlements and usage writes in progress, and closes the
+   * idle connections to nodes (opened again when needed).
+   */
   async idle(): Promise<void> {
     await this.admitter.flush();
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
     await this.usage.flush();
+    this.upstream.client.closeIdle();
   }
 
   /** Authenticates a request's key (401/403; 503 when KV is unreachable). */
