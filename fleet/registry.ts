@@ -22,6 +22,13 @@ import {
 } from "./protocol.ts";
 import type { Fleet, NodeTarget, NodeView } from "./types.ts";
 
+/** A node's JWT, and its target while the JWT is reused (one object, not one a call). */
+interface NodeJwt {
+  token: string;
+  at: number;
+  target?: NodeTarget;
+}
+
 /** Options of `createFleet`. */
 export interface FleetDeps {
   store: Store;
@@ -63,11 +70,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   }
   let records = new Map<string, NodeRecord>();
   let statuses = new Map<string, NodeStatus>();
-  /** Each node's JWT, and its target while the JWT is reused (one object, not one a call). */
-  const jwts = new Map<
-    string,
-    { token: string; at: number; target?: NodeTarget }
-  >();
+  const jwts = new Map<string, NodeJwt>();
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let inflight: Promise<void> | null = null;
@@ -130,18 +133,20 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     return m.id === model || (m.aliases?.includes(model) ?? false);
   }
 
-  async function jwtFor(nodeId: string): Promise<string> {
+  /** The node's current JWT (signed anew after NODE_JWT_REUSE_MS). */
+  async function jwtFor(nodeId: string): Promise<NodeJwt> {
     const hit = jwts.get(nodeId);
     const now = Date.now();
-    if (hit && now - hit.at < NODE_JWT_REUSE_MS) return hit.token;
+    if (hit && now - hit.at < NODE_JWT_REUSE_MS) return hit;
     const token = await signEdDSA(store.secrets.gatewayPrivateKey, {}, {
       iss: GATEWAY_AUDIENCE,
       aud: nodeId,
       sub: "gateway",
       ttlSeconds: NODE_JWT_TTL_SECONDS,
     });
-    jwts.set(nodeId, { token, at: now });
-    return token;
+    const jwt: NodeJwt = { token, at: now };
+    jwts.set(nodeId, jwt);
+    return jwt;
   }
 
   /** A node's URL and the headers of a call to it. */
@@ -150,15 +155,14 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     if (!rec) {
       throw new Error(`Cannot call node ${nodeId}: it is not enrolled`);
     }
-    const token = await jwtFor(nodeId);
-    const hit = jwts.get(nodeId);
-    if (hit?.target?.url === rec.url) return hit.target;
-    const target = {
-      url: rec.url,
-      headers: { authorization: `Bearer ${hit?.token ?? token}` },
-    };
-    if (hit) hit.target = target;
-    return target;
+    const jwt = await jwtFor(nodeId);
+    if (jwt.target?.url !== rec.url) {
+      jwt.target = {
+        url: rec.url,
+        headers: { authorization: `Bearer ${jwt.token}` },
+      };
+    }
+    return jwt.target;
   }
 
   return {

@@ -464,8 +464,7 @@ export class Http1Client {
     for (;;) {
       const c = list.pop();
       if (!c) return null;
-      if (now - c.idleSince < this.#idleMs && !c.closed) return c;
-      c.close();
+      if (this.#fresh(c, now)) return c;
     }
   }
 
@@ -492,14 +491,17 @@ export class Http1Client {
     }
   }
 
+  /** Whether an idle connection may still be used; closes it if not. */
+  #fresh(c: Connection, now: number): boolean {
+    if (now - c.idleSince < this.#idleMs && !c.closed) return true;
+    c.close();
+    return false;
+  }
+
   #sweepIdle(): void {
     const now = performance.now();
     for (const [key, list] of this.#idle) {
-      const keep = list.filter((c) => {
-        if (now - c.idleSince < this.#idleMs && !c.closed) return true;
-        c.close();
-        return false;
-      });
+      const keep = list.filter((c) => this.#fresh(c, now));
       if (keep.length) this.#idle.set(key, keep);
       else this.#idle.delete(key);
     }
