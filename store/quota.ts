@@ -19,9 +19,9 @@
  * giving back what it did not use (a lease that ran its course, ended or
  * used up, settles within 15 s, at random, so 1,000 ending at a minute
  * boundary, or used up at the same pace, do not settle in one burst). Its
- * successor is granted off the request path once it has half its
- * requests, or a random quarter to half of its time, left (leases ending
- * together renew over 15 s), counted in the windows
+ * successor is granted off the request path once a random 10% to 90% of
+ * its requests or of leaseMs is gone (leases that start together renew
+ * over most of their span, not in one burst), counted in the windows
  * it starts in (the next minute's, or the same minute's when the key would
  * use its lease up before the minute ends; one granted in the same minute
  * for a burst that has since slowed down goes back, and one in the next
@@ -264,11 +264,15 @@ export class Lease {
   /** The quota view right after it was granted. */
   readonly view!: QuotaView;
   /**
-   * How long before `validUntil` its successor is asked for: a quarter to
-   * half of `leaseMs`, at random, so the leases of 1,000 keys ending at the
-   * same minute boundary are renewed over 15 s, not all in the second when
-   * they reach their half.
+   * When its successor is asked for: once `renewAfter` of its requests are
+   * used, or with `renewWithinMs` or less to go, whichever comes first.
+   * Both come from one fraction drawn at random from RENEW_AT (of its
+   * requests, and of `leaseMs`): 1,000 keys whose leases start together
+   * at a minute boundary, at the same pace, are renewed over most of the
+   * minute, a share in each second, not all in the second they reach the
+   * same point.
    */
+  readonly renewAfter!: number;
   readonly renewWithinMs!: number;
   /**
    * Set when it closed because its time ran out or its successor took
@@ -289,6 +293,7 @@ export class Lease {
     windowEnd: number;
     validUntil: number;
     view: QuotaView;
+    renewAfter: number;
     renewWithinMs: number;
   }) {
     Object.assign(this, init);
@@ -389,6 +394,15 @@ export interface AdmitterOptions {
  */
 const LEASE_SHARE = 0.1;
 const LEASE_MIN_ROOM = 100;
+/**
+ * Where in its span a lease's successor is asked for, as a fraction drawn
+ * at random per lease (of its requests used, or of its time gone). Leases
+ * of a minute's windows all start at the minute boundary: drawn from a
+ * quarter to a half, the renewals of 1,000 steady keys came in one or two
+ * bursts of ~1,500 counter writes a second; over most of the minute, each
+ * second takes a share.
+ */
+const RENEW_AT = [0.1, 0.9] as const;
 /**
  * The shortest time a young key's pace is measured over (see #expected):
  * two requests in a burst make a lease of 2 × leaseMs / 10 s (12 a
@@ -605,15 +619,16 @@ export class Admitter {
       // down after a burst commits on the path after the window's end).
       this.#close(next, true);
     }
-    // With renewWithinMs (a quarter to half of leaseMs) or less to go, or
-    // half its requests used (then without delay: it may run out within
-    // it), its successor is asked for.
+    // With renewWithinMs or less to go, or renewAfter requests used (past
+    // half of them, without delay: it may run out within it), its
+    // successor is asked for.
     // A lease cut short by its window's end asks from its second request on:
     // its pace then tells which windows the successor counts in (see
     // #successorStart). A key quieter than that commits once after the end.
     if (!this.#renewing.has(pk) && !this.#next.has(pk)) {
-      if (2 * l.admitted >= l.n) this.#renew(pk, l, req, 0);
-      else if (
+      if (l.admitted >= l.renewAfter) {
+        this.#renew(pk, l, req, 2 * l.admitted >= l.n ? 0 : this.#renewDelayMs);
+      } else if (
         toGo <= l.renewWithinMs &&
         (l.admitted >= 2 || l.validUntil < l.windowEnd)
       ) this.#renew(pk, l, req, this.#renewDelayMs);
@@ -1181,6 +1196,7 @@ export class Admitter {
     const deadline = Math.max(startsAt + this.#leaseMs, validUntil) +
       req.ttlMs;
     const id = newIdAt(deadline);
+    const renewAt = RENEW_AT[0] + (RENEW_AT[1] - RENEW_AT[0]) * Math.random();
     const stored: StoredReservation = {
       tenantId: req.plan.tenantId,
       keyId: req.plan.keyId,
@@ -1205,7 +1221,12 @@ export class Admitter {
       windowEnd,
       validUntil,
       view: viewOf(rules, cs, now),
-      renewWithinMs: this.#leaseMs * (0.25 + 0.25 * Math.random()),
+      // Asked for at a random point of its span (see Lease.renewAfter); by
+      // count, one request before the last at the latest.
+      renewAfter: Math.max(1, Math.min(n - 1, Math.ceil(n * renewAt))),
+      // By time, with a share of leaseMs to go: one cut short by its
+      // window's end (a few seconds) asks from its second request on.
+      renewWithinMs: this.#leaseMs * (1 - renewAt),
     });
   }
 
