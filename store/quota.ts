@@ -162,6 +162,29 @@ const lastWindows = new Map<
   { name: string; start: number; end: number }
 >();
 
+/** When the window named `w` (see windowOf) ends; Infinity for concurrency. */
+function windowEnd(w: string): number {
+  let end = windowEnds.get(w);
+  if (end === undefined) {
+    const [kind, at] = [
+      w.slice(0, w.indexOf(":")),
+      w.slice(w.indexOf(":") + 1),
+    ];
+    if (kind === "rpm" || kind === "tpm") {
+      end = Date.parse(`${at}:00Z`) + MINUTE;
+    } else if (kind === "day") end = Date.parse(`${at}T00:00:00Z`) + DAY;
+    else if (kind === "month") {
+      const d = new Date(`${at}-01T00:00:00Z`);
+      end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+    }
+    if (end === undefined || Number.isNaN(end)) end = Infinity;
+    if (windowEnds.size >= 1000) windowEnds.clear();
+    windowEnds.set(w, end);
+  }
+  return end;
+}
+const windowEnds = new Map<string, number>();
+
 /** The window name of a rule at `now` (part of the counter key) and when it ends. */
 export function windowOf(kind: RuleKind, now: number): [string, number] {
   if (kind === "concurrency") return ["conc", now + 1000];
@@ -203,8 +226,33 @@ interface Pending {
   renews?: Lease;
 }
 
-/** A release to add to one release counter: `[cacheId, key, n]`. */
-type Release = [string, Deno.KvKey, number];
+/**
+ * A release to add to one release counter: `[cacheId, key, n, end]`, `end`
+ * when its window ends (Infinity for concurrency). Releases into a window
+ * that has ended are dropped: nothing admits there any more, so a lease
+ * that ran to its minute's end settles only its day, month and concurrency
+ * counters (3 sums of 6 fewer, 1,000 times a minute with 1,000 busy keys).
+ */
+type Release = [string, Deno.KvKey, number, number];
+
+/** The releases whose window has not ended by `now`. */
+function live(rs: Release[], now: number): Release[] {
+  return rs.every((r) => r[3] > now) ? rs : rs.filter((r) => r[3] > now);
+}
+
+/**
+ * How long after its window ends a release counter this process added to
+ * is deleted (see Admitter.#tidy): a `sum` clears a key's expiry, so
+ * without this each busy key would leave ~3 rows behind a minute, forever.
+ */
+const TIDY_AFTER_MS = 60_000;
+
+/** A release counter deleted by a settlement commit (see Admitter.#tidyInto). */
+interface Tidy {
+  at: number;
+  id: string;
+  key: Deno.KvKey;
+}
 
 interface PendingSettle {
   /** The reservation record to check and delete. */
@@ -456,6 +504,11 @@ export class Admitter {
     { value: number; versionstamp: string | null }
   >();
   readonly #releasedCache = new Map<string, number>();
+  /**
+   * Release counters this process added to, by when to delete them (see
+   * TIDY_AFTER_MS), then by cache id.
+   */
+  readonly #tidy = new Map<number, Map<string, Deno.KvKey>>();
   #settles: PendingSettle[] = [];
   /** Settlements of leases that ran their course, each queued at `due`. */
   #deferred: { due: number; s: PendingSettle }[] = [];
@@ -778,11 +831,14 @@ export class Admitter {
       return l.shrinking ?? Promise.resolve();
     }
     const tokens = l.hasTokens ? l.tokensUsed + l.tokensHeld : 0;
-    const rs = leaseReleases(
-      l,
-      l.hasTokens ? l.tokensReserved - tokens : 0,
-      l.unitsHeld - l.inFlight,
-      l.n - l.admitted - l.reqReleased,
+    const rs = live(
+      leaseReleases(
+        l,
+        l.hasTokens ? l.tokensReserved - tokens : 0,
+        l.unitsHeld - l.inFlight,
+        l.n - l.admitted - l.reqReleased,
+      ),
+      Date.now(),
     );
     if (rs.length === 0) return Promise.resolve();
     const key = k.reservation(l.res.id);
@@ -1006,7 +1062,10 @@ export class Admitter {
         op.check({ key: c.key, versionstamp: c.versionstamp });
         if (c.added > 0) {
           op.set(c.key, new Deno.KvU64(BigInt(c.value + c.added)), {
-            expireIn: c.kind === "concurrency" ? undefined : c.end - now + DAY,
+            // A minute's counter lives as long as its release counter
+            // (see TIDY_AFTER_MS), a day's or month's a day longer.
+            expireIn: c.kind === "concurrency" ? undefined : c.end - now +
+              (c.kind === "rpm" || c.kind === "tpm" ? TIDY_AFTER_MS : DAY),
           });
         }
       }
@@ -1414,7 +1473,7 @@ export class Admitter {
    * fails, one by one (each rejecting on its own).
    */
   async #settleMany(batch: PendingSettle[]): Promise<void> {
-    for (let attempt = 0; attempt < 2 && batch.length > 1; attempt++) {
+    for (let attempt = 0; attempt < 2 && batch.length > 0; attempt++) {
       const ok = await this.#commitSettles(batch).catch(() => null);
       if (ok === null) break;
       if (ok) return;
@@ -1431,6 +1490,7 @@ export class Admitter {
     }
     for (const s of batch) {
       try {
+        s.releases = live(s.releases, Date.now());
         const ok = await settleOne(
           this.#store,
           s.id,
@@ -1448,10 +1508,12 @@ export class Admitter {
   /** Commits a batch of settlements (one check each, sums merged per counter). */
   async #commitSettles(batch: PendingSettle[]): Promise<boolean> {
     const op = this.#store.kv.atomic();
+    const now = Date.now();
     const sums = new Map<string, { key: Deno.KvKey; n: number }>();
     for (const s of batch) {
       const key = k.reservation(s.id);
       op.check({ key, versionstamp: s.versionstamp }).delete(key);
+      s.releases = live(s.releases, now);
       for (const [id, key, n] of s.releases) {
         const e = sums.get(id);
         if (e) e.n += n;
@@ -1459,7 +1521,19 @@ export class Admitter {
       }
     }
     for (const { key, n } of sums.values()) op.sum(key, BigInt(n));
-    if (!(await op.commit()).ok) return false;
+    const tidied = this.#tidyInto(
+      op,
+      MAX_SETTLE_MUTATIONS - 2 * batch.length - sums.size,
+      now,
+    );
+    let ok = false;
+    try {
+      ok = (await op.commit()).ok;
+    } finally {
+      // Not deleted: tracked again for the next commit.
+      if (!ok) { for (const t of tidied) this.#toTidy(t.at, t.id, t.key); }
+    }
+    if (!ok) return false;
     for (const s of batch) {
       this.#released(s.releases);
       s.resolve(true);
@@ -1469,10 +1543,44 @@ export class Admitter {
 
   /** Adds a committed release to the cached release counters (which stay ≤ the truth). */
   #released(rs: Release[]): void {
-    for (const [id, , n] of rs) {
+    for (const [id, key, n, end] of rs) {
       const v = this.#releasedCache.get(id);
       if (v !== undefined) this.#releasedCache.set(id, v + n);
+      if (end !== Infinity) this.#toTidy(end + TIDY_AFTER_MS, id, key);
     }
+  }
+
+  /** Tracks a release counter to delete `at` (see TIDY_AFTER_MS). */
+  #toTidy(at: number, id: string, key: Deno.KvKey): void {
+    let due = this.#tidy.get(at);
+    if (!due) this.#tidy.set(at, due = new Map());
+    due.set(id, key);
+  }
+
+  /**
+   * Adds to `op` the deletion of up to `room` release counters this
+   * process added to whose window ended TIDY_AFTER_MS ago (their rows have
+   * no expiry: see TIDY_AFTER_MS); returns them, to be tracked again if
+   * the commit fails. Releases into ended windows are dropped (see
+   * Release), so none comes back. A crash leaves the last minute's behind.
+   */
+  #tidyInto(
+    op: Deno.AtomicOperation,
+    room: number,
+    now: number,
+  ): Tidy[] {
+    const out: Tidy[] = [];
+    for (const [at, due] of this.#tidy) {
+      if (at > now) continue; // few: one per window
+      for (const [id, key] of due) {
+        if (out.length >= room) return out;
+        op.delete(key);
+        out.push({ at, id, key });
+        due.delete(id);
+      }
+      this.#tidy.delete(at);
+    }
+    return out;
   }
 }
 
@@ -1507,7 +1615,7 @@ function releaseTo(
 ): void {
   if (n <= 0) return;
   for (const [s, w] of counters) {
-    out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), n]);
+    out.push([`${s}\u0000${w}`, k.quotaCounter(s, rel(w)), n, windowEnd(w)]);
   }
 }
 
@@ -1591,7 +1699,7 @@ async function settleOne(
   const op = store.kv.atomic()
     .check({ key: k.reservation(id), versionstamp })
     .delete(k.reservation(id));
-  for (const [, key, n] of rs) op.sum(key, BigInt(n));
+  for (const [, key, n] of live(rs, Date.now())) op.sum(key, BigInt(n));
   return (await op.commit()).ok;
 }
 
@@ -1615,7 +1723,7 @@ export async function reclaimExpired(
     const op = store.kv.atomic().check(e).delete(e.key);
     const unused = v.tokens - Math.min(v.tokens, v.reclaimTokens);
     for (const [s, w] of unused > 0 ? v.tokenCounters : []) {
-      op.sum(k.quotaCounter(s, rel(w)), BigInt(unused));
+      if (windowEnd(w) > now) op.sum(k.quotaCounter(s, rel(w)), BigInt(unused));
     }
     for (const [s, w] of v.concCounters) {
       op.sum(k.quotaCounter(s, rel(w)), BigInt(v.units ?? 1));

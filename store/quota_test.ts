@@ -416,16 +416,22 @@ const ROOMY = {
   concurrency: 10_000,
 };
 
-/** Admits one request at a time, every `everyMs`, until `until`; whether each came from a lease. */
+/**
+ * Admits one request at a time, every `everyMs`, until `until`; whether
+ * each came from a lease (and, into `at`, the time before and after each).
+ */
 async function steadyKey(
   a: Admitter,
   plan: ReturnType<typeof limitPlan>,
   until: number,
   everyMs: number,
+  at: [number, number][] = [],
 ): Promise<boolean[]> {
   const leased: boolean[] = [];
   while (Date.now() < until) {
+    const before = Date.now();
     const r = await a.admit(req(plan));
+    at.push([before, Date.now()]);
     assert.ok(r.ok && r.reservation);
     leased.push(!!r.reservation.lease);
     await a.settle(r.reservation, 4);
@@ -472,6 +478,25 @@ async function beforeMinuteBoundary(
   }
 }
 
+/**
+ * Checks tenant t1's two minutes around `boundary` (see twoMinutes) after
+ * `total` requests timed in `at`: the next minute, still open, holds
+ * exactly those admitted in it (one admitted across the boundary may count
+ * in either); the first, over, holds at least the rest (what its leases
+ * did not use is not given back once it has ended: nothing admits there).
+ */
+function assertTwoMinutes(
+  used: number[],
+  total: number,
+  at: [number, number][],
+  boundary: number,
+): void {
+  const surely = at.filter(([before]) => before >= boundary).length;
+  const maybe = at.filter(([, after]) => after >= boundary).length;
+  assert.ok(used[1]! >= surely && used[1]! <= maybe, `${used}: ${surely}`);
+  assert.ok(used[0]! >= total - used[1]!, `${used} of ${total}`);
+}
+
 /** Tenant t1's requests counted in the minute of `at` and in the next. */
 async function twoMinutes(store: Store, at: number): Promise<number[]> {
   const [minute, end] = windowOf("rpm", at);
@@ -492,8 +517,9 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
     const boundary = windowOf("rpm", start)[1];
     // A burst makes the key busy (its leases grow to the most one holds,
     // each ending at the boundary); then it sends one request every 20 ms.
-    const burst = await steadyKey(a, plan, start + 500, 0);
-    const leased = await steadyKey(a, plan, boundary + 1000, 20);
+    const at: [number, number][] = [];
+    const burst = await steadyKey(a, plan, start + 500, 0, at);
+    const leased = await steadyKey(a, plan, boundary + 1000, 20, at);
     // The last lease's successor, granted before the boundary, counts in
     // the next minute: no request waits for a commit across it.
     assert.ok(
@@ -503,7 +529,7 @@ Deno.test("Admitter renews a lease ending at a minute boundary in the next minut
     await a.flush();
     const used = await twoMinutes(store, start);
     assert.ok(used[0]! > 0 && used[1]! > 0, `${used}`);
-    assert.equal(used[0]! + used[1]!, burst.length + leased.length);
+    assertTwoMinutes(used, burst.length + leased.length, at, boundary);
     assert.equal(await counterValue(store, "t:t1", "conc"), 0);
     assert.equal(await countReservations(store), 0);
     kv.close();
@@ -549,8 +575,9 @@ Deno.test("Admitter gives a lease used up before its window ends a successor in 
     const a = new Admitter(store, { renewDelayMs: 5, maxLease: 40 });
     const start = Date.now();
     const boundary = windowOf("rpm", start)[1];
-    const burst = await steadyKey(a, plan, start + 300, 0);
-    const leased = await steadyKey(a, plan, boundary + 500, 10);
+    const at: [number, number][] = [];
+    const burst = await steadyKey(a, plan, start + 300, 0, at);
+    const leased = await steadyKey(a, plan, boundary + 500, 10, at);
     // Several leases were used up before the boundary: each one's
     // successor counted in the same minute and took over at once. (Where
     // the pace of the last one misleads, one request may commit at the
@@ -561,7 +588,7 @@ Deno.test("Admitter gives a lease used up before its window ends a successor in 
     await a.flush();
     const used = await twoMinutes(store, start);
     assert.ok(used[0]! > 80 && used[1]! > 0, `${used}`);
-    assert.equal(used[0]! + used[1]!, burst.length + leased.length);
+    assertTwoMinutes(used, burst.length + leased.length, at, boundary);
     assert.equal(await countReservations(store), 0);
     kv.close();
   });
@@ -595,10 +622,11 @@ Deno.test("Admitter renews a key slowing down after a burst in the next minute's
         l && seen.size >= 3 && l.admitted >= Math.max(0.6 * l.n, l.renewAfter)
       ) break;
     }
-    const slow = await steadyKey(a, plan, boundary, 250);
+    const at: [number, number][] = [];
+    const slow = await steadyKey(a, plan, boundary, 250, at);
     // Past the boundary, the first requests are admitted from a lease
     // granted before it, in the next minute's windows.
-    const after = await steadyKey(a, plan, boundary + 800, 250);
+    const after = await steadyKey(a, plan, boundary + 800, 250, at);
     assert.ok(after.length >= 3, `${after.length} requests`);
     assert.ok(
       after.every((l) => l),
@@ -608,11 +636,7 @@ Deno.test("Admitter renews a key slowing down after a burst in the next minute's
     );
     await a.flush();
     const used = await twoMinutes(store, start);
-    assert.equal(
-      used[0]! + used[1]!,
-      burst + slow.length + after.length,
-    );
-    assert.ok(used[1]! >= after.length, `${used}`);
+    assertTwoMinutes(used, burst + slow.length + after.length, at, boundary);
     assert.equal(await countReservations(store), 0);
     kv.close();
   });
@@ -769,4 +793,53 @@ Deno.test("Admitter settles a lease that ran its course a little later, or at on
   );
   await b.flush();
   kv.close();
+});
+
+Deno.test("Admitter gives nothing back to a window that has ended, and deletes the release counters it added to a minute after their window", async () => {
+  const realNow = Date.now;
+  // The clock runs 2 s before a minute boundary, then jumps.
+  let skew = 60_000 - (realNow() % 60_000) - 2000;
+  Date.now = () => realNow() + skew;
+  try {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", {
+      ...ROOMY,
+      tokensPerDay: 1_000_000,
+    }, null);
+    const a = new Admitter(store, { leaseMs: 0 });
+    const [tpm] = windowOf("tpm", Date.now());
+    const [day] = windowOf("day", Date.now());
+    const released = async (window: string) =>
+      (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
+        ?.value;
+    // Settled in its minute: 6 of its 10 tokens go back to the minute.
+    const first = await a.admit(req(plan));
+    assert.ok(first.ok && first.reservation);
+    await a.settle(first.reservation, 4);
+    await a.flush();
+    assert.equal(await released(tpm), 6n);
+    // Settled after the minute ended: the minute is left as it was (no
+    // one admits there any more); the day, still open, gets its tokens.
+    const second = await a.admit(req(plan));
+    assert.ok(second.ok && second.reservation);
+    skew += 3000;
+    await a.settle(second.reservation, 4);
+    await a.flush();
+    assert.equal(await released(tpm), 6n);
+    assert.equal(await released(day), 12n);
+    // A minute later, the next settlement deletes the minute's release
+    // counter (its `sum`s left it no expiry), and keeps the day's.
+    skew += 60_000;
+    const third = await a.admit(req(plan));
+    assert.ok(third.ok && third.reservation);
+    await a.settle(third.reservation, 4);
+    await a.flush();
+    assert.equal(await released(tpm), undefined);
+    assert.equal(await released(day), 18n);
+    assert.equal(await countReservations(store), 0);
+    kv.close();
+  } finally {
+    Date.now = realNow;
+  }
 });
