@@ -33,7 +33,11 @@
  *
  * Each window has two counters: `A` (admitted, only ever `set` by admission
  * under a `check`) and `R` (released, only ever increased by blind `sum`s
- * when a request settles). Usage = A − R. Settlement never conflicts with
+ * when a request settles, and only while its window runs). Usage = A − R.
+ * A `sum` leaves its key without an expiry, so a process deletes the R
+ * counters it added to a minute after their window ends (see
+ * TIDY_AFTER_MS); a minute's A counters expire then too, a day's or a
+ * month's a day after it. Settlement never conflicts with
  * admission, and admission needs no read on the hot path: A's value and
  * versionstamp are cached from this process's own commits (a stale entry
  * fails its `check` and is re-read), and R may be read stale because it only
