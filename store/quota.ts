@@ -170,10 +170,9 @@ const lastWindows = new Map<
 function windowEnd(w: string): number {
   let end = windowEnds.get(w);
   if (end === undefined) {
-    const [kind, at] = [
-      w.slice(0, w.indexOf(":")),
-      w.slice(w.indexOf(":") + 1),
-    ];
+    const i = w.indexOf(":");
+    const kind = w.slice(0, i);
+    const at = w.slice(i + 1);
     if (kind === "rpm" || kind === "tpm") {
       end = Date.parse(`${at}:00Z`) + MINUTE;
     } else if (kind === "day") end = Date.parse(`${at}T00:00:00Z`) + DAY;
@@ -1690,10 +1689,15 @@ export function settle(
   r: Reservation,
   actualTokens: number,
 ): Promise<boolean> {
-  return settleOne(store, r.id, r.versionstamp, releases(r, actualTokens));
+  return settleOne(
+    store,
+    r.id,
+    r.versionstamp,
+    live(releases(r, actualTokens), Date.now()),
+  );
 }
 
-/** Deletes a reservation record (if still held as seen) and adds its releases. */
+/** Deletes a reservation record (if still held as seen) and adds its releases (into windows not ended: see live). */
 async function settleOne(
   store: Store,
   id: string,
@@ -1703,7 +1707,7 @@ async function settleOne(
   const op = store.kv.atomic()
     .check({ key: k.reservation(id), versionstamp })
     .delete(k.reservation(id));
-  for (const [, key, n] of live(rs, Date.now())) op.sum(key, BigInt(n));
+  for (const [, key, n] of rs) op.sum(key, BigInt(n));
   return (await op.commit()).ok;
 }
 
