@@ -463,16 +463,19 @@ Deno.test("Admitter renews a steady key's lease before it ends: no request waits
   kv.close();
 });
 
-/** Runs `f` with the clock (Date.now) `ms` before the next minute boundary. */
+/**
+ * Runs `f` with the clock (Date.now) `ms` before the next minute boundary;
+ * `f` may move that clock on by calling `jump`.
+ */
 async function beforeMinuteBoundary(
   ms: number,
-  f: () => Promise<void>,
+  f: (jump: (ms: number) => void) => Promise<void>,
 ): Promise<void> {
   const realNow = Date.now;
-  const skew = 60_000 - (realNow() % 60_000) - ms;
+  let skew = 60_000 - (realNow() % 60_000) - ms;
   Date.now = () => realNow() + skew;
   try {
-    await f();
+    await f((ms) => skew += ms);
   } finally {
     Date.now = realNow;
   }
@@ -802,11 +805,8 @@ Deno.test("Admitter settles a lease that ran its course a little later, or at on
 });
 
 Deno.test("Admitter gives nothing back to a window that has ended, and deletes the release counters it added to a minute after their window", async () => {
-  const realNow = Date.now;
   // The clock runs 2 s before a minute boundary, then jumps.
-  let skew = 60_000 - (realNow() % 60_000) - 2000;
-  Date.now = () => realNow() + skew;
-  try {
+  await beforeMinuteBoundary(2000, async (jump) => {
     const kv = await Deno.openKv(":memory:");
     const store = await createStore(kv);
     const plan = limitPlan("t1", "k1", {
@@ -829,14 +829,14 @@ Deno.test("Admitter gives nothing back to a window that has ended, and deletes t
     // one admits there any more); the day, still open, gets its tokens.
     const second = await a.admit(req(plan));
     assert.ok(second.ok && second.reservation);
-    skew += 3000;
+    jump(3000);
     await a.settle(second.reservation, 4);
     await a.flush();
     assert.equal(await released(tpm), 6n);
     assert.equal(await released(day), 12n);
     // A minute later, the next settlement deletes the minute's release
     // counter (its `sum`s left it no expiry), and keeps the day's.
-    skew += 60_000;
+    jump(60_000);
     const third = await a.admit(req(plan));
     assert.ok(third.ok && third.reservation);
     await a.settle(third.reservation, 4);
@@ -845,7 +845,5 @@ Deno.test("Admitter gives nothing back to a window that has ended, and deletes t
     assert.equal(await released(day), 18n);
     assert.equal(await countReservations(store), 0);
     kv.close();
-  } finally {
-    Date.now = realNow;
-  }
+  });
 });
