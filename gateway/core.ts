@@ -70,7 +70,9 @@ export class GatewayCore {
     });
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
-    this.usage = new UsageWriter(deps.store, this.log);
+    this.usage = new UsageWriter(deps.store, this.log, {
+      reclaim: () => this.admitter.reclaimExpired(),
+    });
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +

@@ -41,6 +41,12 @@ export interface UsageWriterOptions {
    * rest wait, longest first, but none more than MAX_WAIT_MS.
    */
   maxWritesPerSecond?: number;
+  /**
+   * Reclaims crashed gateways' expired reservations (default
+   * `reclaimExpired` on the store; the gateway passes its Admitter's, which
+   * also deletes the release counters it adds to after their window).
+   */
+  reclaim?: () => Promise<number>;
 }
 
 /** The longest anything waits to be written when more than `maxWritesPerSecond` are due. */
@@ -56,6 +62,7 @@ export class UsageWriter {
   readonly #reclaimEveryMs: number;
   readonly #rollupMs: number;
   readonly #maxWritesPerSecond: number;
+  readonly #reclaim: () => Promise<number>;
   /** Time between writes: what falls due meanwhile shares one. */
   readonly #tickMs: number;
   #running: Promise<boolean> | null = null;
@@ -80,6 +87,7 @@ export class UsageWriter {
     this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
     this.#rollupMs = opts.rollupMs ?? 10_000;
     this.#maxWritesPerSecond = opts.maxWritesPerSecond ?? 250;
+    this.#reclaim = opts.reclaim ?? (() => reclaimExpired(store));
     this.#tickMs = Math.min(1000, this.#rollupMs / 4);
   }
 
@@ -154,7 +162,7 @@ export class UsageWriter {
     }
     if (now - this.#lastReclaim >= this.#reclaimEveryMs) {
       this.#lastReclaim = now;
-      const n = await reclaimExpired(this.#store).catch(() => 0);
+      const n = await this.#reclaim().catch(() => 0);
       if (n > 0) {
         this.#log.log("info", "reclaimed expired reservations", { count: n });
       }

@@ -1553,6 +1553,20 @@ export class Admitter {
     }
   }
 
+  /**
+   * Reclaims crashed gateways' expired reservations (see reclaimExpired),
+   * deleting the release counters it adds to after their window, as this
+   * process's own.
+   */
+  reclaimExpired(now = Date.now(), limit = 500): Promise<number> {
+    return reclaimExpired(
+      this.#store,
+      now,
+      limit,
+      (id, key, end) => this.#toTidy(end + TIDY_AFTER_MS, id, key),
+    );
+  }
+
   /** Tracks a release counter to delete `at` (see TIDY_AFTER_MS). */
   #toTidy(at: number, id: string, key: Deno.KvKey): void {
     let due = this.#tidy.get(at);
@@ -1714,11 +1728,14 @@ async function settleOne(
 /**
  * Settles every reservation whose deadline has passed (a crashed gateway's
  * holds), billing its `reclaimTokens`; returns how many were reclaimed.
+ * `onReleased` learns each release counter added to whose window ends
+ * (the Admitter deletes it after, as it does its own: see TIDY_AFTER_MS).
  */
 export async function reclaimExpired(
   store: Store,
   now = Date.now(),
   limit = 500,
+  onReleased?: (id: string, key: Deno.KvKey, end: number) => void,
 ): Promise<number> {
   let n = 0;
   const iter = store.kv.list<StoredReservation>({
@@ -1728,15 +1745,18 @@ export async function reclaimExpired(
   for await (const e of iter) {
     if (e.value.deadline > now) continue;
     const v = e.value;
-    const op = store.kv.atomic().check(e).delete(e.key);
     const unused = v.tokens - Math.min(v.tokens, v.reclaimTokens);
-    for (const [s, w] of unused > 0 ? v.tokenCounters : []) {
-      if (windowEnd(w) > now) op.sum(k.quotaCounter(s, rel(w)), BigInt(unused));
+    const rs: Release[] = [];
+    releaseTo(rs, v.tokenCounters, unused);
+    releaseTo(rs, v.concCounters, v.units ?? 1);
+    const op = store.kv.atomic().check(e).delete(e.key);
+    const added = live(rs, now);
+    for (const [, key, units] of added) op.sum(key, BigInt(units));
+    if (!(await op.commit()).ok) continue;
+    n++;
+    for (const [id, key, , end] of added) {
+      if (end !== Infinity) onReleased?.(id, key, end);
     }
-    for (const [s, w] of v.concCounters) {
-      op.sum(k.quotaCounter(s, rel(w)), BigInt(v.units ?? 1));
-    }
-    if ((await op.commit()).ok) n++;
   }
   return n;
 }

@@ -847,3 +847,40 @@ Deno.test("Admitter gives nothing back to a window that has ended, and deletes t
     kv.close();
   });
 });
+
+Deno.test("Admitter.reclaimExpired() reclaims a crashed gateway's reservation and deletes the release counters it added to a minute after their window", async () => {
+  await beforeMinuteBoundary(30_000, async (jump) => {
+    const kv = await Deno.openKv(":memory:");
+    const store = await createStore(kv);
+    const plan = limitPlan("t1", "k1", {
+      ...ROOMY,
+      tokensPerDay: 1_000_000,
+    }, null);
+    const [tpm] = windowOf("tpm", Date.now());
+    const [day] = windowOf("day", Date.now());
+    const released = async (window: string) =>
+      (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
+        ?.value;
+    // A gateway admits and crashes: its reservation is never settled.
+    const crashed = new Admitter(store, { leaseMs: 0 });
+    assert.ok((await crashed.admit({ ...req(plan), ttlMs: 1000 })).ok);
+    // Another reclaims it past its deadline: 7 of its 10 tokens go back
+    // (3 are billed), to the minute and to the day.
+    const a = new Admitter(store, { leaseMs: 0 });
+    jump(2000);
+    assert.equal(await a.reclaimExpired(), 1);
+    assert.equal(await countReservations(store), 0);
+    assert.equal(await released(tpm), 7n);
+    assert.equal(await released(day), 7n);
+    // A minute after the minute ended, its next settlement deletes the
+    // minute's release counter and keeps the day's.
+    jump(30_000 + 61_000);
+    const next = await a.admit(req(plan));
+    assert.ok(next.ok && next.reservation);
+    await a.settle(next.reservation, 4);
+    await a.flush();
+    assert.equal(await released(tpm), undefined);
+    assert.equal(await released(day), 13n);
+    kv.close();
+  });
+});
