@@ -2,6 +2,7 @@
  * Request bodies: the size cap is enforced while reading (never buffering
  * more than the cap), and JSON nesting is bounded before parsing.
  */
+import { concat } from "../lib/bytes.ts";
 import { OpenAIError } from "../lib/openai_errors.ts";
 
 /** The deepest JSON nesting accepted. */
@@ -42,14 +43,7 @@ export async function readBody(
     if (e instanceof OpenAIError) throw e;
     throw unreadable();
   }
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(size);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
-  }
-  return out;
+  return concat(chunks, size);
 }
 
 const unreadable = () =>

@@ -19,9 +19,9 @@
  * once. Aborting the signal closes the connection.
  */
 
+import { concat } from "./bytes.ts";
 import {
   brokeOff,
-  concat,
   Connection,
   decoder,
   type Framing,

@@ -256,17 +256,6 @@ export async function readLine(c: Connection, max: number): Promise<string> {
   }
 }
 
-export function concat(parts: Uint8Array[], size: number): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
-  const out = new Uint8Array(size);
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
-}
-
 export function malformed(what: string): Http1Error {
   return new Http1Error("malformed", `The response is malformed: ${what}`);
 }
