@@ -804,21 +804,31 @@ Deno.test("Admitter settles a lease that ran its course a little later, or at on
   kv.close();
 });
 
+/**
+ * A store with tenant t1's plan (minute limits and a day quota), the
+ * current minute's and day's token windows, and a reader of a window's
+ * release counter (undefined once deleted).
+ */
+async function releaseFixture() {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", {
+    ...ROOMY,
+    tokensPerDay: 1_000_000,
+  }, null);
+  const [tpm] = windowOf("tpm", Date.now());
+  const [day] = windowOf("day", Date.now());
+  const released = async (window: string) =>
+    (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
+      ?.value;
+  return { kv, store, plan, tpm, day, released };
+}
+
 Deno.test("Admitter gives nothing back to a window that has ended, and deletes the release counters it added to a minute after their window", async () => {
   // The clock runs 2 s before a minute boundary, then jumps.
   await beforeMinuteBoundary(2000, async (jump) => {
-    const kv = await Deno.openKv(":memory:");
-    const store = await createStore(kv);
-    const plan = limitPlan("t1", "k1", {
-      ...ROOMY,
-      tokensPerDay: 1_000_000,
-    }, null);
+    const { kv, store, plan, tpm, day, released } = await releaseFixture();
     const a = new Admitter(store, { leaseMs: 0 });
-    const [tpm] = windowOf("tpm", Date.now());
-    const [day] = windowOf("day", Date.now());
-    const released = async (window: string) =>
-      (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
-        ?.value;
     // Settled in its minute: 6 of its 10 tokens go back to the minute.
     const first = await a.admit(req(plan));
     assert.ok(first.ok && first.reservation);
@@ -850,17 +860,7 @@ Deno.test("Admitter gives nothing back to a window that has ended, and deletes t
 
 Deno.test("Admitter.reclaimExpired() reclaims a crashed gateway's reservation and deletes the release counters it added to a minute after their window", async () => {
   await beforeMinuteBoundary(30_000, async (jump) => {
-    const kv = await Deno.openKv(":memory:");
-    const store = await createStore(kv);
-    const plan = limitPlan("t1", "k1", {
-      ...ROOMY,
-      tokensPerDay: 1_000_000,
-    }, null);
-    const [tpm] = windowOf("tpm", Date.now());
-    const [day] = windowOf("day", Date.now());
-    const released = async (window: string) =>
-      (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
-        ?.value;
+    const { kv, store, plan, tpm, day, released } = await releaseFixture();
     // A gateway admits and crashes: its reservation is never settled.
     const crashed = new Admitter(store, { leaseMs: 0 });
     assert.ok((await crashed.admit({ ...req(plan), ttlMs: 1000 })).ok);
