@@ -5,7 +5,7 @@
  * message_delta with usage, message_stop) and `/v1/messages/count_tokens`.
  * Errors on these routes use Anthropic's shape.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
 import { parseJsonObject, readBody } from "./body.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {
@@ -16,8 +16,13 @@ import {
 } from "./normalise.ts";
 import { fail } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
-import { promptSize, textBytes } from "./tokens.ts";
-import { checkModel, MAX_MESSAGES, type ParsedRequest } from "./validate.ts";
+import {
+  checkModel,
+  MAX_MESSAGES,
+  parseChat,
+  type ParsedRequest,
+} from "./validate.ts";
+import { NAME_PATTERN } from "./validate_chat.ts";
 
 const ERROR_TYPE: Record<number, string> = {
   400: "invalid_request_error",
@@ -62,7 +67,41 @@ function textOf(content: unknown): string {
   ).join("");
 }
 
-/** Translates an Anthropic request into an OpenAI chat body (validating as it goes). */
+function toolName(v: unknown, at: string): string {
+  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
+    throw bad(at, `must match ${NAME_PATTERN.source}`);
+  }
+  return v;
+}
+
+function toolTools(tools: unknown): Record<string, unknown>[] {
+  if (!Array.isArray(tools)) throw bad("tools", "must be an array");
+  return tools.map((t, i) => {
+    if (!isObj(t)) throw bad(`tools.${i}`, "must be an object");
+    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
+      throw unsupportedParam(
+        `tools.${i}.type`,
+        `tools.${i}.type: server tools (${
+          String(t.type).slice(0, 64)
+        }) are not supported; declare a custom tool`,
+      );
+    }
+    if (t.input_schema !== undefined && !isObj(t.input_schema)) {
+      throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
+    }
+    const fn: Record<string, unknown> = {
+      name: toolName(t.name, `tools.${i}.name`),
+    };
+    if (typeof t.description === "string") fn.description = t.description;
+    if (isObj(t.input_schema)) fn.parameters = t.input_schema;
+    return { type: "function", function: fn };
+  });
+}
+
+/**
+ * Translates an Anthropic request into an OpenAI chat body (validating as it
+ * goes), then validates that body as any chat request is.
+ */
 export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
   const model = checkModel(body);
   const maxTokens = body.max_tokens;
@@ -101,7 +140,7 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     }
     const toolCalls: unknown[] = [];
     const parts: unknown[] = [];
-    for (const b of c) {
+    for (const [j, b] of c.entries()) {
       if (!isObj(b) || typeof b.type !== "string") {
         throw bad(
           `messages.${i}.content`,
@@ -112,17 +151,23 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
         parts.push({ type: "text", text: String(b.text ?? "") });
       } else if (b.type === "tool_use") {
         toolCalls.push({
-          id: String(b.id ?? openAIId("toolu_")),
+          id: typeof b.id === "string" && b.id ? b.id : openAIId("toolu_"),
           type: "function",
           function: {
-            name: String(b.name ?? ""),
+            name: toolName(b.name, `messages.${i}.content.${j}.name`),
             arguments: JSON.stringify(b.input ?? {}),
           },
         });
       } else if (b.type === "tool_result") {
+        if (typeof b.tool_use_id !== "string" || !b.tool_use_id) {
+          throw bad(
+            `messages.${i}.content.${j}.tool_use_id`,
+            "Field required: the id of a tool_use block",
+          );
+        }
         out.push({
           role: "tool",
-          tool_call_id: String(b.tool_use_id ?? ""),
+          tool_call_id: b.tool_use_id,
           content: textOf(b.content),
         });
       } else if (
@@ -165,15 +210,8 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     }
     chat.stop = s;
   }
-  if (Array.isArray(body.tools)) {
-    chat.tools = body.tools.filter(isObj).map((t) => ({
-      type: "function",
-      function: {
-        name: t.name,
-        description: t.description,
-        parameters: t.input_schema,
-      },
-    }));
+  if (body.tools !== undefined && body.tools !== null) {
+    chat.tools = toolTools(body.tools);
   }
   const tc = body.tool_choice;
   if (isObj(tc)) {
@@ -184,24 +222,13 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
       : tc.type === "none"
       ? "none"
       : "auto";
+    if (tc.disable_parallel_tool_use === true) chat.parallel_tool_calls = false;
   }
   if (body.stream !== undefined && typeof body.stream !== "boolean") {
     throw bad("stream", "must be a boolean");
   }
-  const stream = body.stream === true;
-  chat.stream = stream;
-  return {
-    endpoint: "chat",
-    model,
-    stream,
-    includeUsage: false,
-    maxTokens: maxTokens as number,
-    prompt: promptSize(
-      textBytes(out) + textBytes(chat.tools ?? null),
-      out.length,
-    ),
-    body: chat,
-  };
+  chat.stream = body.stream === true;
+  return parseChat(chat);
 }
 
 const STOP: Record<string, string> = {
@@ -343,10 +370,7 @@ export class AnthropicSink implements StreamSink {
     s += ev("message_delta", {
       type: "message_delta",
       delta: { stop_reason: this.#stop, stop_sequence: null },
-      usage: {
-        input_tokens: this.ex.promptTokens,
-        output_tokens: this.ex.completionTokens,
-      },
+      usage: anthropicUsage(this.ex),
     });
     return s + ev("message_stop", { type: "message_stop" });
   }
@@ -395,10 +419,17 @@ function toMessage(
     content,
     stop_reason: STOP[String(choice.finish_reason)] ?? "end_turn",
     stop_sequence: null,
-    usage: {
-      input_tokens: ex.promptTokens,
-      output_tokens: ex.completionTokens,
-    },
+    usage: anthropicUsage(ex),
+  };
+}
+
+/** Anthropic's usage: `input_tokens` excludes what was read from the prompt cache. */
+function anthropicUsage(ex: Exchange) {
+  const cached = ex.cachedTokens ?? 0;
+  return {
+    input_tokens: ex.promptTokens - Math.min(cached, ex.promptTokens),
+    cache_read_input_tokens: Math.min(cached, ex.promptTokens),
+    output_tokens: ex.completionTokens,
   };
 }
 

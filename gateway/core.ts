@@ -170,6 +170,8 @@ export class Exchange {
   completionCap = 0;
   promptTokens = 0;
   completionTokens = 0;
+  /** Prompt tokens the node served from its prefix cache, when it says. */
+  cachedTokens: number | null = null;
   ttftMs: number | null = null;
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
@@ -225,10 +227,11 @@ export class Exchange {
 
   /** Sets billed usage from the node's report (may be null) and what was counted. */
   bill(
-    reported: { prompt: number; completion: number } | null,
+    reported: { prompt: number; completion: number; cached?: number } | null,
     counted: number,
     countedChunks: number,
   ): void {
+    this.cachedTokens = reported?.cached ?? null;
     const promptCap = this.promptUpper;
     this.promptTokens = reported
       ? Math.min(reported.prompt, promptCap)

@@ -5,12 +5,19 @@
  * sent it (no re-serialisation); malformed frames are refused.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
+import {
+  normaliseToolCalls,
+  ToolCallDeltas,
+  toolFinishReason,
+} from "../lib/openai_tool_calls.ts";
 import { utf8Length } from "./tokens.ts";
 
 /** Usage as reported by a node (validated). */
 export interface ReportedUsage {
   prompt: number;
   completion: number;
+  /** Prompt tokens the engine reused from its prefix cache (when it says). */
+  cached?: number;
 }
 
 const isObj = (v: unknown): v is Record<string, unknown> =>
@@ -23,9 +30,30 @@ export function readUsage(u: unknown): ReportedUsage | null {
   if (!isObj(u) || !count(u.prompt_tokens) || !count(u.completion_tokens)) {
     return null;
   }
+  const details = u.prompt_tokens_details;
+  const cached = isObj(details) && count(details.cached_tokens)
+    ? Math.min(details.cached_tokens as number, u.prompt_tokens as number)
+    : undefined;
   return {
     prompt: u.prompt_tokens as number,
     completion: u.completion_tokens as number,
+    ...(cached === undefined ? {} : { cached }),
+  };
+}
+
+/** OpenAI's usage object for billed figures (with the cached share when known). */
+export function usageObject(
+  prompt: number,
+  completion: number,
+  cached: number | null,
+): Record<string, unknown> {
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    ...(cached === null
+      ? {}
+      : { prompt_tokens_details: { cached_tokens: Math.min(cached, prompt) } }),
   };
 }
 
@@ -51,8 +79,15 @@ export function nodeFrameError(e: unknown): OpenAIError {
   return new OpenAIError(502, code, message, { type: "server_error" });
 }
 
+/** UTF-8 bytes of a tool call's name and arguments. */
+function toolCallBytes(tc: Record<string, unknown>): number {
+  const fn = tc.function as { name?: unknown; arguments?: unknown };
+  return (typeof fn.name === "string" ? utf8Length(fn.name) : 0) +
+    (typeof fn.arguments === "string" ? utf8Length(fn.arguments) : 0);
+}
+
 let seq = 0;
-/** A fresh id with OpenAI's prefixes (`chatcmpl-`, `cmpl-`, `call_`). */
+/** A fresh id with a prefix (`chatcmpl-`, `cmpl-`, `msg_`, `toolu_`). */
 export function openAIId(prefix: string): string {
   return `${prefix}${Date.now().toString(36)}${(seq++).toString(36)}${
     Math.random().toString(36).slice(2, 10)
@@ -69,7 +104,8 @@ export class ChunkNormaliser {
   counted = 0;
   /** Chunks that carried text (≈ tokens for one-token-per-chunk engines). */
   chunks = 0;
-  readonly #toolCalls = new Set<number>();
+  /** Tool-call deltas of each choice, by choice index. */
+  readonly #toolCalls = new Map<unknown, ToolCallDeltas>();
   #idFixed = false;
   /** The last chunk accepted by `push`, normalised. */
   last: Record<string, unknown> | null = null;
@@ -139,13 +175,20 @@ export class ChunkNormaliser {
       if (typeof d.reasoning_content === "string") {
         bytes += utf8Length(d.reasoning_content);
       }
+      let calls = this.#toolCalls.get(c.index);
       if (d.tool_calls !== undefined && d.tool_calls !== null) {
         if (!Array.isArray(d.tool_calls)) throw malformed("tool call");
-        for (let i = 0; i < d.tool_calls.length; i++) {
-          const r = this.#toolCall(d.tool_calls[i], i);
-          bytes += r.bytes;
-          changed ||= r.changed;
-        }
+        if (!calls) this.#toolCalls.set(c.index, calls = new ToolCallDeltas());
+        const out = calls.push(d.tool_calls);
+        if (out === null) throw malformed("tool call");
+        d.tool_calls = out;
+        changed = true;
+        for (const tc of out) bytes += toolCallBytes(tc);
+      }
+      if (calls && calls.count > 0 && typeof c.finish_reason === "string") {
+        const reason = toolFinishReason(c.finish_reason);
+        changed ||= reason !== c.finish_reason;
+        c.finish_reason = reason;
       }
     }
     if (bytes > 0) {
@@ -155,60 +198,19 @@ export class ChunkNormaliser {
     return changed ? JSON.stringify(o) : data;
   }
 
-  #toolCall(tc: unknown, pos: number): { bytes: number; changed: boolean } {
-    if (!isObj(tc)) throw malformed("tool call");
-    let changed = false;
-    if (!Number.isSafeInteger(tc.index)) {
-      tc.index = pos;
-      changed = true;
-    }
-    const fn = isObj(tc.function)
-      ? tc.function
-      : (tc.function = {},
-        changed = true,
-        tc.function as Record<string, unknown>);
-    if (fn.arguments !== undefined && typeof fn.arguments !== "string") {
-      fn.arguments = JSON.stringify(fn.arguments);
-      changed = true;
-    }
-    if (!this.#toolCalls.has(tc.index as number)) {
-      this.#toolCalls.add(tc.index as number);
-      if (typeof tc.id !== "string" || !tc.id) {
-        tc.id = openAIId("call_");
-        changed = true;
-      }
-      if (tc.type !== "function") {
-        tc.type = "function";
-        changed = true;
-      }
-      if (typeof fn.name !== "string") {
-        fn.name = "";
-        changed = true;
-      }
-      if (fn.arguments === undefined) {
-        fn.arguments = "";
-        changed = true;
-      }
-    }
-    const bytes =
-      (typeof fn.arguments === "string" ? utf8Length(fn.arguments) : 0) +
-      (typeof fn.name === "string" ? utf8Length(fn.name) : 0);
-    return { bytes, changed };
-  }
-
   /** The usage chunk sent when the client asked for `stream_options.include_usage`. */
-  usageChunk(prompt: number, completion: number): string {
+  usageChunk(
+    prompt: number,
+    completion: number,
+    cached: number | null,
+  ): string {
     return JSON.stringify({
       id: this.id,
       object: this.object,
       created: this.created,
       model: this.model,
       choices: [],
-      usage: {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        total_tokens: prompt + completion,
-      },
+      usage: usageObject(prompt, completion, cached),
     });
   }
 }
@@ -240,17 +242,12 @@ export function normaliseCompletion(
     if (typeof m.reasoning_content === "string") {
       counted += utf8Length(m.reasoning_content);
     }
-    if (Array.isArray(m.tool_calls)) {
-      for (const tc of m.tool_calls) {
-        if (!isObj(tc) || !isObj(tc.function)) throw malformed("tool call");
-        if (typeof tc.id !== "string") tc.id = openAIId("call_");
-        tc.type = "function";
-        if (typeof tc.function.arguments !== "string") {
-          tc.function.arguments = JSON.stringify(tc.function.arguments ?? {});
-        }
-        counted += utf8Length(tc.function.arguments as string) +
-          utf8Length(String(tc.function.name ?? ""));
-      }
+    if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) {
+      const calls = normaliseToolCalls(m.tool_calls);
+      if (calls === null) throw malformed("tool call");
+      m.tool_calls = calls;
+      c.finish_reason = toolFinishReason(c.finish_reason);
+      for (const tc of calls) counted += toolCallBytes(tc);
     }
   }
   return { reported: readUsage(o.usage), counted };

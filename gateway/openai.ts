@@ -11,6 +11,7 @@ import {
   malformed,
   normaliseCompletion,
   readUsage,
+  usageObject,
 } from "./normalise.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
@@ -42,7 +43,11 @@ export class OpenAISink implements StreamSink {
   end(): string {
     const usage = this.includeUsage
       ? `data: ${
-        this.norm.usageChunk(this.ex.promptTokens, this.ex.completionTokens)
+        this.norm.usageChunk(
+          this.ex.promptTokens,
+          this.ex.completionTokens,
+          this.ex.cachedTokens,
+        )
       }\n\n`
       : "";
     return `${usage}data: [DONE]\n\n`;
@@ -160,11 +165,7 @@ export async function completions(
 }
 
 function usage(ex: Exchange) {
-  return {
-    prompt_tokens: ex.promptTokens,
-    completion_tokens: ex.completionTokens,
-    total_tokens: ex.promptTokens + ex.completionTokens,
-  };
+  return usageObject(ex.promptTokens, ex.completionTokens, ex.cachedTokens);
 }
 
 /** Encodes floats as base64 of little-endian float32, as OpenAI does. */

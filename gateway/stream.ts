@@ -25,7 +25,9 @@ export interface StreamSink {
   /** Whether the last `data` delivered generated text (first-token time). */
   readonly sawText: boolean;
   /** Billing figures gathered so far. */
-  readonly reported: { prompt: number; completion: number } | null;
+  readonly reported:
+    | { prompt: number; completion: number; cached?: number }
+    | null;
   readonly counted: number;
   readonly chunks: number;
 }

@@ -1,10 +1,38 @@
 /**
- * Validation of OpenAI request bodies: only what the gateway relies on or
- * what would otherwise reach a node as a type error. Unknown fields (tools,
- * tool_choice, response_format, …) pass through untouched.
+ * Validation of OpenAI request bodies against the API reference. Every field
+ * is one of the reference's (lib/openai_request_fields.ts) or refused with
+ * 400 `unsupported_parameter`; fields no engine of Orchard's can honour are
+ * refused the same way; and the shapes the gateway or a node relies on are
+ * checked, each 400 naming the exact param path (field checks in
+ * validate_fields.ts, chat shapes in validate_chat.ts). Fields that pass
+ * reach the node unchanged, except those the gateway handles itself.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
+import {
+  CHAT_FIELDS,
+  COMPLETION_FIELDS,
+  EMBEDDING_FIELDS,
+} from "../lib/openai_request_fields.ts";
 import { type PromptSize, promptSize, textBytes } from "./tokens.ts";
+import {
+  checkLogprobs,
+  checkMessages,
+  checkResponseFormat,
+  checkToolChoice,
+  checkTools,
+} from "./validate_chat.ts";
+import {
+  CHAT_ONLY,
+  checkFields,
+  checkStreamOptions,
+  checkTypes,
+  COMMON,
+  COMPLETION_ONLY,
+  EMBEDDING_ONLY,
+  int,
+} from "./validate_fields.ts";
+
+export { MAX_MESSAGES } from "./validate_chat.ts";
 
 /** The endpoints a body can be for. */
 export type Endpoint = "chat" | "completions" | "embeddings";
@@ -24,30 +52,8 @@ export interface ParsedRequest {
 
 /** Longest model name accepted. */
 export const MAX_MODEL_NAME = 256;
-/** Most messages in one chat request. */
-export const MAX_MESSAGES = 2048;
 /** Most inputs in one embeddings request. */
 export const MAX_INPUTS = 2048;
-
-const ROLES = new Set([
-  "system",
-  "developer",
-  "user",
-  "assistant",
-  "tool",
-  "function",
-]);
-
-function bad(
-  param: string,
-  message: string,
-  code = "invalid_value",
-): OpenAIError {
-  return new OpenAIError(400, code, message, { param });
-}
-
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
 
 /** Validates the `model` field. */
 export function checkModel(body: Record<string, unknown>): string {
@@ -65,41 +71,18 @@ export function checkModel(body: Record<string, unknown>): string {
   return m;
 }
 
-type Check = (v: unknown) => boolean;
-const num: Check = (v) => typeof v === "number" && Number.isFinite(v);
-const int: Check = (v) => Number.isSafeInteger(v);
-const bool: Check = (v) => typeof v === "boolean";
-const str: Check = (v) => typeof v === "string";
-const stop: Check = (v) =>
-  typeof v === "string" || (Array.isArray(v) && v.length <= 16 && v.every(str));
-
-const SAMPLING: [string, Check, string][] = [
-  ["temperature", num, "a number"],
-  ["top_p", num, "a number"],
-  ["presence_penalty", num, "a number"],
-  ["frequency_penalty", num, "a number"],
-  ["seed", int, "an integer"],
-  ["stop", stop, "a string or an array of at most 16 strings"],
-  ["logprobs", (v) => bool(v) || int(v), "a boolean"],
-  ["top_logprobs", int, "an integer"],
-  ["user", str, "a string"],
-  ["stream", bool, "a boolean"],
-];
-
 function checkCommon(body: Record<string, unknown>): {
   stream: boolean;
   includeUsage: boolean;
   maxTokens: number | null;
 } {
-  for (const [name, ok, what] of SAMPLING) {
-    const v = body[name];
-    if (v !== undefined && v !== null && !ok(v)) {
-      throw bad(name, `${name} must be ${what}`, "invalid_type");
-    }
-  }
+  checkTypes(body, COMMON);
   const n = body.n;
   if (n !== undefined && n !== null && n !== 1) {
-    throw bad("n", "n must be 1: one choice per request is supported");
+    throw unsupportedParam(
+      "n",
+      "n must be 1: one choice per request is supported",
+    );
   }
   let maxTokens: number | null = null;
   for (const name of ["max_tokens", "max_completion_tokens"]) {
@@ -120,62 +103,20 @@ function checkCommon(body: Record<string, unknown>): {
     delete body.max_completion_tokens;
     if (maxTokens !== null) body.max_tokens = maxTokens;
   }
-  const so = body.stream_options;
-  if (so !== undefined && so !== null && !isObj(so)) {
-    throw bad(
-      "stream_options",
-      "stream_options must be an object",
-      "invalid_type",
-    );
-  }
-  const stream = body.stream === true;
-  const includeUsage = stream && isObj(so) && so.include_usage === true;
-  return { stream, includeUsage, maxTokens };
+  const includeUsage = checkStreamOptions(body);
+  return { stream: body.stream === true, includeUsage, maxTokens };
 }
 
 /** Validates a `/v1/chat/completions` body. */
 export function parseChat(body: Record<string, unknown>): ParsedRequest {
+  checkFields(body, CHAT_FIELDS);
   const model = checkModel(body);
-  const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) {
-    throw bad("messages", "messages must be a non-empty array", "invalid_type");
-  }
-  if (msgs.length > MAX_MESSAGES) {
-    throw bad(
-      "messages",
-      `messages must hold at most ${MAX_MESSAGES} items`,
-      "array_above_max_length",
-    );
-  }
-  for (let i = 0; i < msgs.length; i++) {
-    const m = msgs[i];
-    if (!isObj(m)) {
-      throw bad(
-        `messages[${i}]`,
-        `messages[${i}] must be an object`,
-        "invalid_type",
-      );
-    }
-    if (typeof m.role !== "string" || !ROLES.has(m.role)) {
-      throw bad(
-        `messages[${i}].role`,
-        `messages[${i}].role must be one of ${[...ROLES].join(", ")}`,
-      );
-    }
-    const c = m.content;
-    const okContent = c === null || c === undefined
-      ? m.role === "assistant"
-      : typeof c === "string" ||
-        (Array.isArray(c) &&
-          c.every((p) => isObj(p) && typeof p.type === "string"));
-    if (!okContent) {
-      throw bad(
-        `messages[${i}].content`,
-        `messages[${i}].content must be a string or an array of content parts`,
-        "invalid_type",
-      );
-    }
-  }
+  const msgs = checkMessages(body.messages);
+  const declared = checkTools(body.tools);
+  checkToolChoice(body.tool_choice, declared);
+  checkResponseFormat(body.response_format);
+  checkLogprobs(body.logprobs, body.top_logprobs);
+  checkTypes(body, CHAT_ONLY);
   const common = checkCommon(body);
   return {
     endpoint: "chat",
@@ -191,6 +132,7 @@ export function parseChat(body: Record<string, unknown>): ParsedRequest {
 
 /** Validates a `/v1/completions` body. */
 export function parseCompletion(body: Record<string, unknown>): ParsedRequest {
+  checkFields(body, COMPLETION_FIELDS);
   const model = checkModel(body);
   let p = body.prompt;
   if (Array.isArray(p) && p.length === 1 && typeof p[0] === "string") p = p[0];
@@ -202,6 +144,7 @@ export function parseCompletion(body: Record<string, unknown>): ParsedRequest {
     );
   }
   body.prompt = p;
+  checkTypes(body, COMPLETION_ONLY);
   const common = checkCommon(body);
   return {
     endpoint: "completions",
@@ -219,6 +162,7 @@ export function parseEmbeddings(
   encoding: "float" | "base64";
   inputs: number;
 } {
+  checkFields(body, EMBEDDING_FIELDS);
   const model = checkModel(body);
   const input = body.input;
   const list = Array.isArray(input) ? input : [input];
@@ -246,12 +190,7 @@ export function parseEmbeddings(
   if (enc !== "float" && enc !== "base64") {
     throw bad("encoding_format", "encoding_format must be float or base64");
   }
-  if (
-    body.dimensions !== undefined && body.dimensions !== null &&
-    !int(body.dimensions)
-  ) {
-    throw bad("dimensions", "dimensions must be an integer", "invalid_type");
-  }
+  checkTypes(body, EMBEDDING_ONLY);
   delete body.encoding_format; // nodes always answer floats; base64 is built here
   const tokens = tokenArray ? input.length : list.reduce(
     (n: number, x) =>

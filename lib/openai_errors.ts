@@ -105,3 +105,20 @@ export function openAIErrorResponse(
 ): Response {
   return new OpenAIError(status, code, message, opts).toResponse();
 }
+
+/** A 400 for a malformed request field, naming its path (`tools[0].function.name`). */
+export function invalidParam(
+  param: string,
+  message: string,
+  code = "invalid_value",
+): OpenAIError {
+  return new OpenAIError(400, code, message, { param });
+}
+
+/**
+ * A 400 `unsupported_parameter` for a field that cannot be honoured: the
+ * product never answers 200 to what was ignored.
+ */
+export function unsupportedParam(param: string, message: string): OpenAIError {
+  return new OpenAIError(400, "unsupported_parameter", message, { param });
+}

@@ -14,6 +14,7 @@ import { ServiceError } from "../store/errors.ts";
 import type { Principal } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
 import { log } from "../lib/log.ts";
+import { QUIRKS } from "./fixtures/upstream_quirks.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 log.reload();
@@ -150,7 +151,9 @@ const enc = new TextEncoder();
  * (`ghost-model`, which answers 404 with an integer error code), labels
  * stream chunks `chat.completion`, attaches usage to the last content chunk,
  * and gives no usage at all on legacy completions. A chat message "hold"
- * streams one chunk and waits for `release()`.
+ * streams one chunk and waits for `release()`; a chat whose first message
+ * names a scripted quirk (tests/fixtures/upstream_quirks.ts: "exo-v1",
+ * "mlx-2025", …) gets that server's answer.
  */
 export function startFakeUpstream(): FakeUpstream {
   const requests: Record<string, unknown>[] = [];
@@ -205,6 +208,13 @@ export function startFakeUpstream(): FakeUpstream {
           { error: { message: "prompt too long", code: 400 } },
           { status: 400 },
         );
+      }
+      const first = String(body.messages?.[0]?.content);
+      const quirk = Object.hasOwn(QUIRKS, first) ? QUIRKS[first] : undefined;
+      if (quirk && path === "/v1/chat/completions") {
+        if (!body.stream) return Response.json(quirk.json(body.model));
+        const frames = quirk.stream(body.model).map((j) => JSON.stringify(j));
+        return sse([...frames, "[DONE]"]);
       }
       const hold = body.messages?.[0]?.content === "hold";
       if (path === "/v1/completions") {

@@ -21,7 +21,7 @@ Deno.test("chat completion returns an exact chat.completion with billed usage an
   try {
     const res = await w.post(
       "/v1/chat/completions",
-      chat({ max_completion_tokens: 50, tools: [], foo: 1 }),
+      chat({ max_completion_tokens: 50, tools: [], user: "u-1" }),
     );
     assert.equal(res.status, 200);
     assert.match(res.headers.get("x-request-id") ?? "", /^req_/);
@@ -36,7 +36,7 @@ Deno.test("chat completion returns an exact chat.completion with billed usage an
     const sent = w.up.requests[0]!.body;
     assert.equal(sent.max_tokens, 50);
     assert.equal(sent.max_completion_tokens, undefined);
-    assert.equal(sent.foo, 1);
+    assert.equal(sent.user, "u-1");
   } finally {
     await w.close();
   }

@@ -14,6 +14,8 @@ const body = {
   stream: true,
   stream_options: { include_usage: true },
 };
+/** The same request, not streamed (stream_options goes with stream). */
+const plain = { model: body.model, messages: body.messages, stream: false };
 const words = Array.from({ length: 30 }, (_, i) => ` w${i}`);
 
 async function lastRecord(w: Awaited<ReturnType<typeof createWorld>>) {
@@ -117,12 +119,12 @@ Deno.test("a node answering 503 before the first byte is retried; a 400 is passe
   const good = scriptedUpstream({});
   w.fleet.add("node-b", good.url, MODELS);
   try {
-    const r = await w.post("/v1/chat/completions", { ...body, stream: false });
+    const r = await w.post("/v1/chat/completions", plain);
     assert.equal(r.status, 200);
     await r.body?.cancel();
     w.up.script = { status: 400 };
     good.script = { status: 400 };
-    const r2 = await w.post("/v1/chat/completions", { ...body, stream: false });
+    const r2 = await w.post("/v1/chat/completions", plain);
     assert.equal(r2.status, 400);
     assert.equal((await r2.json()).error.code, "scripted");
   } finally {
@@ -139,10 +141,7 @@ Deno.test("when every slot is busy requests queue, then get 503 with retry-after
   w.fleet.nodes[0]!.stats.slots = 1;
   try {
     const first = await w.post("/v1/chat/completions", body);
-    const second = await w.post("/v1/chat/completions", {
-      ...body,
-      stream: false,
-    });
+    const second = await w.post("/v1/chat/completions", plain);
     assert.equal(second.status, 503);
     assert.ok(second.headers.get("retry-after"));
     await second.body?.cancel();

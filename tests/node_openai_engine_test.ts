@@ -165,3 +165,290 @@ Deno.test("openai engine answers 503 with retry-after when its queue is full", a
   assert.equal(data.at(-1), "[DONE]");
   assert.equal(t.engine.stats().inFlight, 0);
 });
+
+// ---- Tool calls, response formats and logprobs (tests/fixtures/upstream_quirks.ts)
+
+const WEATHER = '{"city":"Oslo"}';
+
+function ask(
+  t: Awaited<ReturnType<typeof setup>>,
+  quirk: string,
+  extra: Record<string, unknown> = {},
+): Promise<Response> {
+  return t.engine.chatCompletions({
+    model: "tiny-chat",
+    messages: [{ role: "user", content: quirk }],
+    ...extra,
+  }, signal());
+}
+
+type Chunk = {
+  id: string;
+  object: string;
+  choices: {
+    index: number;
+    delta: Record<string, unknown> & { tool_calls?: ToolDelta[] };
+    logprobs: unknown;
+    finish_reason: string | null;
+  }[];
+  usage?: unknown;
+};
+type ToolDelta = {
+  index: number;
+  id?: string;
+  type?: string;
+  function: { name?: string; arguments: string };
+};
+
+async function chunksOf(res: Response) {
+  assert.equal(res.status, 200);
+  const { data, comments } = await readSse(res);
+  assert.equal(data.at(-1), "[DONE]");
+  const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
+  assert.ok(chunks.every((c) => c.object === "chat.completion.chunk"));
+  assert.equal(new Set(chunks.map((c) => c.id)).size, 1, "one id");
+  const last = chunks.at(-1)!;
+  assert.deepEqual(last.choices, [], "the usage chunk comes last");
+  assert.ok(last.usage);
+  const choices = chunks.slice(0, -1).map((c) => {
+    assert.equal(c.choices.length, 1);
+    return c.choices[0]!;
+  });
+  return { choices, comments };
+}
+
+/**
+ * Asserts the stream's tool calls are exact: the first delta of each call
+ * has index, id, type and name (and nothing repeats them later), the
+ * argument pieces concatenate to valid JSON, one finish reason ends it.
+ */
+function assertToolStream(
+  choices: Awaited<ReturnType<typeof chunksOf>>["choices"],
+  calls: { id?: string | RegExp; name: string; arguments: string }[],
+  finish: string,
+): void {
+  const roles = choices.filter((c) => "role" in c.delta);
+  assert.equal(roles.length, 1, "role is sent once");
+  assert.equal(roles[0], choices[0]);
+  assert.equal(choices[0]!.delta.role, "assistant");
+  const reasons = choices.filter((c) => c.finish_reason !== null);
+  assert.deepEqual(reasons.map((c) => c.finish_reason), [finish]);
+  assert.equal(reasons[0], choices.at(-1), "the finish reason ends it");
+  const deltas = choices.flatMap((c) => c.delta.tool_calls ?? []);
+  const ids = new Set<string>();
+  calls.forEach((want, i) => {
+    const mine = deltas.filter((d) => d.index === i);
+    const [first, ...rest] = mine;
+    assert.ok(first, `call ${i} is streamed`);
+    assert.deepEqual(Object.keys(first).sort(), [
+      "function",
+      "id",
+      "index",
+      "type",
+    ]);
+    assert.equal(first.type, "function");
+    assert.equal(first.function.name, want.name);
+    if (want.id instanceof RegExp) assert.match(first.id!, want.id);
+    else if (want.id) assert.equal(first.id, want.id);
+    ids.add(first.id!);
+    for (const d of rest) {
+      assert.deepEqual(Object.keys(d).sort(), ["function", "index"]);
+      assert.deepEqual(Object.keys(d.function), ["arguments"]);
+    }
+    const args = mine.map((d) => d.function.arguments).join("");
+    assert.equal(args, want.arguments);
+    JSON.parse(args);
+  });
+  assert.equal(ids.size, calls.length, "each call has its own id");
+  assert.equal(
+    deltas.length,
+    deltas.filter((d) => d.index < calls.length).length,
+  );
+}
+
+Deno.test("openai engine forwards tools, tool_choice, parallel_tool_calls, response_format and logprobs unchanged", async () => {
+  await using t = await setup();
+  const fields = {
+    tools: [{
+      type: "function",
+      function: {
+        name: "get_weather",
+        description: "Weather of a city",
+        parameters: {
+          type: "object",
+          properties: { city: { type: "string" } },
+          required: ["city"],
+        },
+        strict: true,
+      },
+    }],
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+    parallel_tool_calls: false,
+    response_format: {
+      type: "json_schema",
+      json_schema: { name: "w", schema: { type: "object" }, strict: true },
+    },
+    logprobs: true,
+    top_logprobs: 2,
+  };
+  for (const stream of [false, true]) {
+    const res = await ask(t, "exo-v1", { ...fields, stream });
+    await res.body?.cancel();
+    const sent = t.up.requests.at(-1)!;
+    for (const [k, v] of Object.entries(fields)) {
+      assert.deepEqual(sent[k], v, `${k} (stream: ${stream})`);
+    }
+  }
+});
+
+Deno.test("openai engine: Exo 1.x tool calls and logprobs come out exact (non-stream)", async () => {
+  await using t = await setup();
+  const res = await ask(t, "exo-v1", { logprobs: true });
+  assert.equal(res.headers.get("x-orchard-logprobs"), null);
+  const body = await res.json();
+  assert.deepEqual(body.choices, [{
+    index: 0,
+    logprobs: {
+      content: [{
+        token: "Hi",
+        logprob: -0.25,
+        bytes: [72, 105],
+        top_logprobs: [],
+      }],
+      refusal: null,
+    },
+    finish_reason: "tool_calls",
+    message: {
+      role: "assistant",
+      content: null,
+      tool_calls: [{
+        id: "5f0c9f6e-2d7e-4f7e-9a55-0e3d1c8b7a21",
+        type: "function",
+        function: { name: "get_weather", arguments: WEATHER },
+      }],
+    },
+  }]);
+  const plain = await (await ask(t, "exo-v1")).json();
+  assert.equal(plain.choices[0].logprobs, null, "not asked: null");
+});
+
+Deno.test("openai engine: object arguments, missing ids and 'stop' after tool calls are repaired (non-stream)", async () => {
+  await using t = await setup();
+  for (const quirk of ["exo-2025", "mlx-2025", "name-every-delta"]) {
+    const body = await (await ask(t, quirk)).json();
+    const [choice] = body.choices;
+    assert.equal(choice.finish_reason, "tool_calls", quirk);
+    assert.equal(choice.logprobs, null, quirk);
+    const [call] = choice.message.tool_calls;
+    assert.deepEqual(Object.keys(call).sort(), ["function", "id", "type"]);
+    assert.match(call.id, /^call_[0-9a-f]{24}$/, quirk);
+    assert.deepEqual(call.function, {
+      name: "get_weather",
+      arguments: WEATHER,
+    });
+  }
+  const mlx = await (await ask(t, "mlx-2025")).json();
+  assert.equal(mlx.choices[0].message.content, "Checking.");
+});
+
+Deno.test("openai engine passes logprobs the upstream cannot give as null, and says so", async () => {
+  await using t = await setup();
+  const res = await ask(t, "mlx-2025", { logprobs: true });
+  assert.equal(res.headers.get("x-orchard-logprobs"), "missing");
+  assert.equal((await res.json()).choices[0].logprobs, null);
+  const s = await chunksOf(
+    await ask(t, "mlx-2025", { logprobs: true, stream: true }),
+  );
+  assert.ok(s.choices.every((c) => c.logprobs === null));
+  assert.ok(s.comments.some((c) => c.includes("logprobs requested")));
+});
+
+Deno.test("openai engine: Exo 1.x streams a whole tool call in one exact delta", async () => {
+  await using t = await setup();
+  const { choices, comments } = await chunksOf(
+    await ask(t, "exo-v1", { stream: true, logprobs: true, top_logprobs: 1 }),
+  );
+  assertToolStream(choices, [{
+    id: "5f0c9f6e-2d7e-4f7e-9a55-0e3d1c8b7a21",
+    name: "get_weather",
+    arguments: WEATHER,
+  }], "tool_calls");
+  assert.deepEqual(choices[0]!.logprobs, {
+    content: [{
+      token: "Hi",
+      logprob: -0.25,
+      bytes: [72, 105],
+      top_logprobs: [{ token: "Hi", logprob: -0.25, bytes: [72, 105] }],
+    }],
+    refusal: null,
+  });
+  assert.deepEqual(choices[0]!.delta, { role: "assistant", content: "Hi" });
+  assert.ok(!comments.some((c) => c.includes("logprobs")));
+});
+
+Deno.test("openai engine: Exo 2025's object arguments and 'stop' become exact tool-call deltas", async () => {
+  await using t = await setup();
+  const { choices } = await chunksOf(
+    await ask(t, "exo-2025", { stream: true }),
+  );
+  assertToolStream(choices, [{
+    id: /^call_/,
+    name: "get_weather",
+    arguments: WEATHER,
+  }], "tool_calls");
+});
+
+Deno.test("openai engine: mlx_lm.server's index-less calls get indexes and ids, role once", async () => {
+  await using t = await setup();
+  const { choices } = await chunksOf(
+    await ask(t, "mlx-2025", { stream: true }),
+  );
+  assertToolStream(choices, [
+    { id: /^call_/, name: "get_weather", arguments: WEATHER },
+    { id: /^call_/, name: "get_time", arguments: '{"tz":"CET"}' },
+  ], "tool_calls");
+  assert.ok(
+    choices.every((c) =>
+      !("tool_calls" in c.delta) ||
+      (c.delta.tool_calls?.length ?? 0) > 0
+    ),
+    "no empty tool_calls arrays",
+  );
+});
+
+Deno.test("openai engine: a name repeated in every delta goes out once, and a stream without a finish reason gets one", async () => {
+  await using t = await setup();
+  const { choices, comments } = await chunksOf(
+    await ask(t, "name-every-delta", { stream: true }),
+  );
+  assertToolStream(choices, [{
+    id: "call_rep1",
+    name: "get_weather",
+    arguments: WEATHER,
+  }], "tool_calls");
+  assert.deepEqual(choices.at(-1)!.delta, {});
+  assert.ok(comments.some((c) => c.includes("usage estimated")));
+});
+
+Deno.test("openai engine infers 'length' when the completion reached max_tokens and the upstream gave no finish reason", async () => {
+  await using t = await setup();
+  for (const [max, want] of [[4, "length"], [10, "stop"]] as const) {
+    const { choices } = await chunksOf(
+      await ask(t, "cut-no-finish", { stream: true, max_tokens: max }),
+    );
+    assert.equal(
+      choices.map((c) => c.delta.content ?? "").join(""),
+      "one two three four",
+    );
+    assert.deepEqual(choices.map((c) => c.finish_reason), [
+      null,
+      null,
+      null,
+      null,
+      want,
+    ]);
+    const body = await (await ask(t, "cut-no-finish", { max_tokens: max }))
+      .json();
+    assert.equal(body.choices[0].finish_reason, want);
+  }
+});

@@ -2,7 +2,15 @@
  * The `openai` engine: fronts an OpenAI-compatible server on the Mac (Exo,
  * mlx_lm.server, llama-server, Ollama, vLLM). It discovers the upstream's
  * models and keeps only those that actually answer, forwards requests with
- * a slot limit, and returns exact OpenAI shapes (see openai_shapes.ts).
+ * a slot limit, and returns exact OpenAI shapes (see openai_shapes.ts and
+ * openai_stream.ts).
+ *
+ * Request fields reach the upstream unchanged (`tools`, `tool_choice`,
+ * `parallel_tool_calls`, `response_format`, `logprobs`, `top_logprobs`, …;
+ * only `stream_options.include_usage` is forced on for streams). What the
+ * upstream cannot do is its answer to give: a 4xx from it is passed on as
+ * an OpenAI error, and logprobs it does not send come back null (with an
+ * `x-orchard-logprobs: missing` header or an SSE comment) rather than made up.
  */
 import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../lib/openai_errors.ts";
@@ -14,13 +22,14 @@ import type {
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "./_load.ts";
 import {
+  askedOf,
   type Kind,
   normaliseCompletion,
-  normaliseStream,
   normaliseUsage,
   promptText,
   upstreamError,
 } from "./openai_shapes.ts";
+import { normaliseStream } from "./openai_stream.ts";
 
 /** Options of `createOpenAIEngine`. */
 export interface OpenAIEngineOptions {
@@ -194,22 +203,20 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       });
       if (!res.ok) throw await upstreamError(res);
       const prompt = promptText(body);
+      const asked = askedOf(body, kind);
       if (!stream || !res.body) {
-        const { body: out, usage, estimated } = normaliseCompletion(
-          await res.json(),
-          kind,
-          model,
-          prompt,
-        );
+        const { body: out, usage, estimated, logprobsMissing } =
+          normaliseCompletion(await res.json(), kind, model, prompt, asked);
         meter.add(usage.completion_tokens);
         const h: Record<string, string> = {};
         if (estimated) h["x-orchard-usage"] = "estimated";
+        if (logprobsMissing) h["x-orchard-logprobs"] = "missing";
         return Response.json(out, { headers: h });
       }
       const done = release;
       release = undefined; // the stream releases the slot when it ends
       let counted = 0;
-      const sse = normaliseStream(res.body, kind, model, prompt, {
+      const sse = normaliseStream(res.body, kind, model, prompt, asked, {
         onTokens(n) {
           counted += n;
           meter.add(n);

@@ -1,15 +1,26 @@
 /**
  * Normalisation of what OpenAI-compatible servers return into OpenAI's exact
- * shapes. Known quirks handled (Exo, mlx_lm.server, llama-server, Ollama):
- * stream chunks labelled `chat.completion`, usage attached to a content
- * chunk instead of a final `choices: []` chunk, integer or missing error
- * codes, FastAPI `{"detail": …}` errors, missing ids, indexes or
- * `finish_reason` keys, and no usage at all (then estimated, and said so).
+ * shapes (non-stream answers, errors, usage, logprobs; streams are in
+ * openai_stream.ts). Known quirks handled (Exo, mlx_lm.server, llama-server,
+ * Ollama): integer or missing error codes, FastAPI `{"detail": …}` errors,
+ * missing ids, indexes or `finish_reason` keys, tool calls in non-exact
+ * shapes (lib/openai_tool_calls.ts) with "stop" for a finish reason, logprob
+ * entries without `bytes` or with extra keys, and no usage at all (then
+ * estimated, and said so).
+ *
+ * Logprobs are passed on as the upstream gave them when the client asked
+ * (normalised; null when absent or unusable, with a note: no upstream can be
+ * known up front to lack them, and none are ever made up), and are null when
+ * the client did not ask.
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
-import { sseData, sseFrame } from "./_sse.ts";
+import {
+  normaliseToolCalls,
+  toolFinishReason,
+} from "../../lib/openai_tool_calls.ts";
 
-type Json = Record<string, unknown>;
+/** A JSON object. */
+export type Json = Record<string, unknown>;
 
 /** OpenAI's usage object. */
 export interface Usage {
@@ -31,13 +42,15 @@ const CODE_BY_STATUS: Record<number, string> = {
   503: "server_busy",
 };
 
-function obj(v: unknown): Json | null {
+/** `v` as an object, or null. */
+export function obj(v: unknown): Json | null {
   return typeof v === "object" && v !== null && !Array.isArray(v)
     ? v as Json
     : null;
 }
 
-function int(v: unknown): number | null {
+/** `v` as a non-negative integer (rounded), or null. */
+export function int(v: unknown): number | null {
   return typeof v === "number" && Number.isFinite(v) && v >= 0
     ? Math.round(v)
     : null;
@@ -98,20 +111,129 @@ export async function upstreamError(res: Response): Promise<OpenAIError> {
   return new OpenAIError(status, code, message, { param, headers });
 }
 
-function finalChoice(c: Json, i: number, kind: Kind): Json {
-  const base = {
-    index: int(c.index) ?? i,
-    logprobs: c.logprobs ?? null,
-    finish_reason: c.finish_reason ?? "stop",
+/** What the client asked for that shapes the answer. */
+export interface Asked {
+  /** The completion cap (`max_tokens` / `max_completion_tokens`), if any. */
+  maxTokens: number | null;
+  /** Whether the client asked for logprobs. */
+  logprobs: boolean;
+}
+
+/** Reads what shapes the answer from a request body. */
+export function askedOf(body: Json, kind: Kind): Asked {
+  const caps = [body.max_tokens, body.max_completion_tokens]
+    .filter((v): v is number => Number.isSafeInteger(v) && (v as number) > 0);
+  return {
+    maxTokens: caps.length ? Math.min(...caps) : null,
+    logprobs: kind === "chat"
+      ? body.logprobs === true
+      : Number.isSafeInteger(body.logprobs) && (body.logprobs as number) >= 0,
   };
+}
+
+/** The finish reason when the upstream gave none: the cap reached, a tool call made, else a stop. */
+export function inferFinish(
+  asked: Asked,
+  completionTokens: number,
+  toolCalls: boolean,
+): string {
+  if (asked.maxTokens !== null && completionTokens >= asked.maxTokens) {
+    return "length";
+  }
+  return toolCalls ? "tool_calls" : "stop";
+}
+
+function tokenLogprob(v: unknown): Json | null {
+  const e = obj(v);
+  if (!e || typeof e.token !== "string" || typeof e.logprob !== "number") {
+    return null;
+  }
+  const bytes = Array.isArray(e.bytes) && e.bytes.every((b) => int(b) !== null)
+    ? e.bytes
+    : e.token.includes("\uFFFD")
+    ? null
+    : [...new TextEncoder().encode(e.token)];
+  return { token: e.token, logprob: e.logprob, bytes };
+}
+
+/**
+ * A choice's logprobs in the client's shape when it asked for them: chat's
+ * `{content: [{token, logprob, bytes, top_logprobs}], refusal}` (entries
+ * missing `bytes` get them, extra keys go), legacy completions' object as
+ * given. Null when not asked, absent or unusable (mlx_lm.server's 2025
+ * `{token_logprobs, top_logprobs, tokens}` object in a chat answer).
+ */
+export function choiceLogprobs(
+  v: unknown,
+  kind: Kind,
+  asked: Asked,
+): Json | null {
+  if (!asked.logprobs) return null;
+  const o = obj(v);
+  if (!o || kind === "text") return o;
+  if (!Array.isArray(o.content)) return null;
+  const content: Json[] = [];
+  for (const item of o.content) {
+    const e = tokenLogprob(item);
+    if (!e) return null;
+    const top = obj(item)!.top_logprobs ?? [];
+    if (!Array.isArray(top)) return null;
+    const tops = top.map(tokenLogprob);
+    if (tops.some((t) => t === null)) return null;
+    content.push({ ...e, top_logprobs: tops });
+  }
+  return { content, refusal: null };
+}
+
+function finalChoice(
+  c: Json,
+  i: number,
+  kind: Kind,
+  asked: Asked,
+  completionTokens: number,
+): Json {
+  const logprobs = choiceLogprobs(c.logprobs, kind, asked);
+  const given = typeof c.finish_reason === "string" ? c.finish_reason : null;
+  const base = { index: int(c.index) ?? i, logprobs };
   if (kind === "text") {
-    return { ...base, text: typeof c.text === "string" ? c.text : "" };
+    return {
+      ...base,
+      finish_reason: given ?? inferFinish(asked, completionTokens, false),
+      text: typeof c.text === "string" ? c.text : "",
+    };
   }
   const m = obj(c.message) ?? {};
-  return {
-    ...base,
-    message: { ...m, role: m.role ?? "assistant", content: m.content ?? null },
-  };
+  const message: Json = { ...m, role: "assistant", content: m.content ?? null };
+  delete message.tool_calls;
+  const calls = Array.isArray(m.tool_calls) && m.tool_calls.length > 0
+    ? normaliseToolCalls(m.tool_calls)
+    : null;
+  if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0 && !calls) {
+    throw new OpenAIError(
+      502,
+      "upstream_error",
+      "The engine returned a malformed tool call",
+    );
+  }
+  let finish = given ?? inferFinish(asked, completionTokens, calls !== null);
+  if (calls) {
+    message.tool_calls = calls;
+    if (message.content === "") message.content = null;
+    finish = toolFinishReason(finish) as string;
+  }
+  return { ...base, finish_reason: finish, message };
+}
+
+function rawText(c: unknown, kind: Kind): string {
+  const o = obj(c) ?? {};
+  if (kind === "text") return typeof o.text === "string" ? o.text : "";
+  const m = obj(o.message) ?? {};
+  let s = typeof m.content === "string" ? m.content : "";
+  for (const t of Array.isArray(m.tool_calls) ? m.tool_calls : []) {
+    const a = obj(obj(t)?.function)?.arguments;
+    s += typeof a === "string" ? a : a === undefined ? "" : JSON.stringify(a);
+  }
+  return s;
 }
 
 /** Normalises a non-stream completion; `estimated` when usage was computed here. */
@@ -120,23 +242,20 @@ export function normaliseCompletion(
   kind: Kind,
   model: string,
   prompt: string,
-): { body: Json; usage: Usage; estimated: boolean } {
+  asked: Asked,
+): { body: Json; usage: Usage; estimated: boolean; logprobsMissing: boolean } {
   const j = obj(json) ?? {};
-  const choices = (Array.isArray(j.choices) ? j.choices : []).map((c, i) =>
-    finalChoice(obj(c) ?? {}, i, kind)
-  );
+  const raw = Array.isArray(j.choices) ? j.choices : [];
   let usage = normaliseUsage(j.usage);
   const estimated = usage === null;
   if (!usage) {
-    const out = choices.map((c) =>
-      kind === "text"
-        ? String(c.text)
-        : String((c.message as Json).content ?? "")
-    ).join("");
     const p = estimateTokens(prompt);
-    const n = estimateTokens(out);
+    const n = estimateTokens(raw.map((c) => rawText(c, kind)).join(""));
     usage = { prompt_tokens: p, completion_tokens: n, total_tokens: p + n };
   }
+  const choices = raw.map((c, i) =>
+    finalChoice(obj(c) ?? {}, i, kind, asked, usage.completion_tokens)
+  );
   const body: Json = {
     id: typeof j.id === "string" && j.id ? j.id : newId(kind),
     object: kind === "chat" ? "chat.completion" : "text_completion",
@@ -148,182 +267,13 @@ export function normaliseCompletion(
   if (typeof j.system_fingerprint === "string") {
     body.system_fingerprint = j.system_fingerprint;
   }
-  return { body, usage, estimated };
+  const logprobsMissing = asked.logprobs &&
+    choices.some((c) => c.logprobs === null);
+  return { body, usage, estimated, logprobsMissing };
 }
 
-function newId(kind: Kind): string {
+/** A fresh completion id with OpenAI's prefix. */
+export function newId(kind: Kind): string {
   const rand = crypto.randomUUID().replaceAll("-", "").slice(0, 24);
   return kind === "chat" ? `chatcmpl-${rand}` : `cmpl-${rand}`;
-}
-
-function chunkChoice(c: Json, i: number, kind: Kind): Json {
-  const base = {
-    index: int(c.index) ?? i,
-    logprobs: c.logprobs ?? null,
-    finish_reason: c.finish_reason ?? null,
-  };
-  if (kind === "text") {
-    return { ...base, text: typeof c.text === "string" ? c.text : "" };
-  }
-  const delta = { ...(obj(c.delta) ?? obj(c.message) ?? {}) };
-  if (Array.isArray(delta.tool_calls)) {
-    delta.tool_calls = delta.tool_calls.map((t, j) => {
-      const tc = { ...(obj(t) ?? {}) };
-      tc.index = int(tc.index) ?? j;
-      if (tc.id && !tc.type) tc.type = "function";
-      return tc;
-    });
-  }
-  return { ...base, delta };
-}
-
-function generatedText(choice: Json, kind: Kind): string {
-  if (kind === "text") return String(choice.text ?? "");
-  const d = choice.delta as Json;
-  let s = typeof d.content === "string" ? d.content : "";
-  if (Array.isArray(d.tool_calls)) {
-    for (const t of d.tool_calls) {
-      const f = obj(obj(t)?.function);
-      if (typeof f?.arguments === "string") s += f.arguments;
-    }
-  }
-  return s;
-}
-
-/** Hooks a stream normaliser reports through. */
-export interface StreamHooks {
-  /** Called with each content piece's estimated token count as it passes. */
-  onTokens(n: number): void;
-  /** Called once at the end with the final usage (or an error). */
-  onEnd(usage: Usage | null, error: OpenAIError | null): void;
-}
-
-/**
- * Turns an upstream SSE body into exact OpenAI chunks, ending with one usage
- * chunk (`choices: []`) and `data: [DONE]`; an upstream error mid-stream
- * becomes a final error frame.
- */
-export function normaliseStream(
-  upstream: ReadableStream<Uint8Array>,
-  kind: Kind,
-  model: string,
-  prompt: string,
-  hooks: StreamHooks,
-): ReadableStream<Uint8Array> {
-  const enc = new TextEncoder();
-  const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
-  let id = "";
-  let created = 0;
-  let usage: Usage | null = null;
-  let generated = "";
-  const events = sseData(upstream);
-  let ended = false;
-  const end = (u: Usage | null, e: OpenAIError | null) => {
-    if (!ended) hooks.onEnd(u, e);
-    ended = true;
-  };
-
-  const finish = (
-    ctl: ReadableStreamDefaultController<Uint8Array>,
-    error: OpenAIError | null,
-  ) => {
-    if (error) ctl.enqueue(enc.encode(error.toSSE()));
-    else {
-      if (!usage) {
-        const p = estimateTokens(prompt);
-        const n = estimateTokens(generated);
-        usage = { prompt_tokens: p, completion_tokens: n, total_tokens: p + n };
-        ctl.enqueue(
-          enc.encode(
-            ": usage estimated by orchard: the upstream reported none\n\n",
-          ),
-        );
-      }
-      ctl.enqueue(enc.encode(sseFrame({
-        id: id || newId(kind),
-        object,
-        created: created || Math.floor(Date.now() / 1000),
-        model,
-        choices: [],
-        usage,
-      })));
-    }
-    ctl.enqueue(enc.encode(sseFrame("[DONE]")));
-    ctl.close();
-    end(usage, error);
-  };
-
-  return new ReadableStream<Uint8Array>({
-    async pull(ctl) {
-      try {
-        let sent = false;
-        while (!sent) {
-          const { value, done } = await events.next();
-          if (done || value.trim() === "[DONE]") return finish(ctl, null);
-          const items = parseData(value);
-          for (const j of items) {
-            const err = obj(j.error);
-            if (
-              err || typeof j.error === "string" || typeof j.detail === "string"
-            ) {
-              const status = int(err?.status) ?? int(err?.code) ?? 500;
-              const fake = new Response(JSON.stringify(j), {
-                status: status >= 400 && status <= 599 ? status : 500,
-              });
-              return finish(ctl, await upstreamError(fake));
-            }
-            usage = normaliseUsage(j.usage) ?? usage;
-            const raw = Array.isArray(j.choices) ? j.choices : [];
-            if (raw.length === 0) continue; // usage-only: sent at the end
-            id ||= typeof j.id === "string" && j.id ? j.id : newId(kind);
-            created ||= int(j.created) ?? Math.floor(Date.now() / 1000);
-            const choices = raw.map((c, i) =>
-              chunkChoice(obj(c) ?? {}, i, kind)
-            );
-            let piece = "";
-            for (const c of choices) piece += generatedText(c, kind);
-            generated += piece;
-            if (piece) hooks.onTokens(estimateTokens(piece));
-            const out: Json = { id, object, created, model, choices };
-            if (typeof j.system_fingerprint === "string") {
-              out.system_fingerprint = j.system_fingerprint;
-            }
-            ctl.enqueue(enc.encode(sseFrame(out)));
-            sent = true;
-          }
-        }
-      } catch (err) {
-        if ((err as Error)?.name === "AbortError") {
-          end(usage, null);
-          ctl.error(err);
-          return;
-        }
-        finish(
-          ctl,
-          new OpenAIError(502, "upstream_error", "The engine stream failed"),
-        );
-      }
-    },
-    async cancel() {
-      end(usage, null);
-      await events.return(undefined);
-    },
-  });
-}
-
-/** JSON objects in one `data:` payload (servers that omit blank lines put several). */
-function parseData(data: string): Json[] {
-  try {
-    const one = obj(JSON.parse(data));
-    return one ? [one] : [];
-  } catch {
-    const out: Json[] = [];
-    for (const line of data.split("\n")) {
-      try {
-        const j = obj(JSON.parse(line));
-        if (j) out.push(j);
-      } catch { /* not JSON: skipped */ }
-    }
-    return out;
-  }
 }

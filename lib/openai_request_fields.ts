@@ -1,0 +1,141 @@
+/**
+ * The request fields of OpenAI's API reference (chat completions, legacy
+ * completions, embeddings; as of 2025–2026), plus the sampling extensions
+ * local engines accept (llama-server, vLLM, Ollama's OpenAI API), and what
+ * Orchard does with each. One table, imported by the gateway's validation
+ * and available to the engines, so the fields the gateway forwards and the
+ * fields a node accepts are the same list.
+ *
+ * The product rule: never answer 200 to what was ignored. A field either
+ * reaches something that honours it (the gateway or the node's engine, which
+ * refuses what it cannot do), or it is refused up front with a 400
+ * `unsupported_parameter` naming it.
+ */
+
+/**
+ * What Orchard does with a field.
+ * - `node`: forwarded unchanged; the node's engine honours it or answers 400.
+ * - `gateway`: handled by the gateway (routing, limits, the stream's usage
+ *   chunk); forwarded only where the entry says so.
+ * - `default_only`: only the value that asks for nothing (OpenAI's default,
+ *   or null) is accepted; the gateway strips it. Other values are refused.
+ * - `refused`: no engine of Orchard's can honour it; any non-null value is
+ *   refused (null is stripped: it asks for nothing).
+ */
+export type FieldUse = "node" | "gateway" | "default_only" | "refused";
+
+/** One field of a request body. */
+export interface FieldRule {
+  use: FieldUse;
+  /** Why a value is refused (for `default_only` and `refused`). */
+  why?: string;
+  /** For `default_only`: whether a value asks for nothing beyond the default. */
+  isDefault?: (v: unknown) => boolean;
+}
+
+const node: FieldRule = { use: "node" };
+const gateway: FieldRule = { use: "gateway" };
+const refused = (why: string): FieldRule => ({ use: "refused", why });
+const defaultOnly = (
+  why: string,
+  isDefault: (v: unknown) => boolean,
+): FieldRule => ({ use: "default_only", why, isDefault });
+
+/** Sampling extensions of local engines, passed on to the node. */
+const LOCAL_SAMPLING: Record<string, FieldRule> = {
+  top_k: node,
+  min_p: node,
+  repeat_penalty: node,
+};
+
+/** `POST /v1/chat/completions`. */
+export const CHAT_FIELDS: Readonly<Record<string, FieldRule>> = {
+  model: gateway,
+  messages: node,
+  audio: refused("audio output is not served by Orchard's engines"),
+  frequency_penalty: node,
+  function_call: refused("it is deprecated: use tool_choice"),
+  functions: refused("it is deprecated: use tools"),
+  logit_bias: node,
+  logprobs: node,
+  // Forwarded as `max_tokens` (the smaller of the two when both are given).
+  max_completion_tokens: gateway,
+  max_tokens: node,
+  // Tags for stored completions: nothing is stored, so honouring is a no-op.
+  metadata: node,
+  modalities: defaultOnly(
+    "only text output is served",
+    (v) => Array.isArray(v) && v.length === 1 && v[0] === "text",
+  ),
+  n: node, // the gateway accepts only 1
+  parallel_tool_calls: node,
+  prediction: refused("predicted outputs are not supported"),
+  presence_penalty: node,
+  // Prefix reuse is automatic on nodes; the key only helps a provider route.
+  prompt_cache_key: node,
+  prompt_cache_retention: refused(
+    "nodes keep prompt prefixes as memory allows; retention cannot be set",
+  ),
+  reasoning_effort: node,
+  response_format: node,
+  // End-user identifiers: they ask for nothing the answer could show.
+  safety_identifier: node,
+  seed: node,
+  service_tier: defaultOnly(
+    "there is one service tier",
+    (v) => v === "auto" || v === "default",
+  ),
+  stop: node,
+  store: defaultOnly(
+    "Orchard does not store completions",
+    (v) => v === false,
+  ),
+  stream: node,
+  // Rewritten: nodes always send usage; the gateway strips it unless asked.
+  stream_options: gateway,
+  temperature: node,
+  tool_choice: node,
+  tools: node,
+  top_logprobs: node,
+  top_p: node,
+  user: node,
+  verbosity: refused("no engine of Orchard's supports it"),
+  web_search_options: refused("web search is not available"),
+  ...LOCAL_SAMPLING,
+};
+
+/** `POST /v1/completions` (legacy). */
+export const COMPLETION_FIELDS: Readonly<Record<string, FieldRule>> = {
+  model: gateway,
+  prompt: node,
+  best_of: defaultOnly(
+    "one completion is generated per request",
+    (v) => v === 1,
+  ),
+  echo: node,
+  frequency_penalty: node,
+  logit_bias: node,
+  logprobs: node,
+  max_tokens: node,
+  n: node, // the gateway accepts only 1
+  presence_penalty: node,
+  seed: node,
+  stop: node,
+  stream: node,
+  stream_options: gateway,
+  suffix: node,
+  temperature: node,
+  top_p: node,
+  user: node,
+  ...LOCAL_SAMPLING,
+};
+
+/** `POST /v1/embeddings`. */
+export const EMBEDDING_FIELDS: Readonly<Record<string, FieldRule>> = {
+  model: gateway,
+  input: node,
+  dimensions: node,
+  // Nodes always answer floats; base64 is encoded by the gateway.
+  encoding_format: gateway,
+  user: node,
+};

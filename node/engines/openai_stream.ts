@@ -1,0 +1,267 @@
+/**
+ * Upstream SSE streams into exact OpenAI chunks. Quirks handled (Exo,
+ * mlx_lm.server, llama-server, Ollama): chunks labelled `chat.completion`,
+ * usage attached to a content chunk instead of a final `choices: []` chunk,
+ * `role` repeated in every delta (sent once here, in the first), missing
+ * `finish_reason` or `logprobs` keys, tool-call deltas in non-exact shapes
+ * (lib/openai_tool_calls.ts) and "stop" after tool calls, several JSON
+ * objects in one `data:` payload, and a stream that ends without a finish
+ * reason: a final chunk then gives one, "length" when the completion tokens
+ * reached the cap, else "tool_calls" after tool calls, else "stop".
+ */
+import { OpenAIError } from "../../lib/openai_errors.ts";
+import {
+  ToolCallDeltas,
+  toolFinishReason,
+} from "../../lib/openai_tool_calls.ts";
+import { sseData, sseFrame } from "./_sse.ts";
+import {
+  type Asked,
+  choiceLogprobs,
+  estimateTokens,
+  inferFinish,
+  int,
+  type Json,
+  type Kind,
+  newId,
+  normaliseUsage,
+  obj,
+  upstreamError,
+  type Usage,
+} from "./openai_shapes.ts";
+
+/** Hooks a stream normaliser reports through. */
+export interface StreamHooks {
+  /** Called with each content piece's estimated token count as it passes. */
+  onTokens(n: number): void;
+  /** Called once at the end with the final usage (or an error). */
+  onEnd(usage: Usage | null, error: OpenAIError | null): void;
+}
+
+interface ChoiceState {
+  roleSent: boolean;
+  finished: boolean;
+  calls: ToolCallDeltas;
+}
+
+/** One stream's choices, normalised chunk by chunk. */
+class Choices {
+  readonly #byIndex = new Map<number, ChoiceState>();
+  /** Whether any chunk carried usable logprobs. */
+  sawLogprobs = false;
+
+  constructor(readonly kind: Kind, readonly asked: Asked) {}
+
+  #state(index: number): ChoiceState {
+    let st = this.#byIndex.get(index);
+    if (!st) {
+      st = { roleSent: false, finished: false, calls: new ToolCallDeltas() };
+      this.#byIndex.set(index, st);
+    }
+    return st;
+  }
+
+  /** One upstream choice in exact shape. */
+  choice(c: Json, i: number): Json {
+    const index = int(c.index) ?? i;
+    const st = this.#state(index);
+    const logprobs = choiceLogprobs(c.logprobs, this.kind, this.asked);
+    if (logprobs) this.sawLogprobs = true;
+    let finish = typeof c.finish_reason === "string" ? c.finish_reason : null;
+    if (this.kind === "text") {
+      st.finished ||= finish !== null;
+      const text = typeof c.text === "string" ? c.text : "";
+      return { index, text, logprobs, finish_reason: finish };
+    }
+    const { role: _role, tool_calls: raw, ...rest } = obj(c.delta) ??
+      obj(c.message) ?? {};
+    const delta: Json = st.roleSent ? rest : { role: "assistant", ...rest };
+    st.roleSent = true;
+    if (Array.isArray(raw) && raw.length > 0) {
+      const calls = st.calls.push(raw);
+      if (!calls) {
+        throw new OpenAIError(
+          502,
+          "upstream_error",
+          "The engine streamed a malformed tool call",
+        );
+      }
+      delta.tool_calls = calls;
+    }
+    if (finish !== null && st.calls.count > 0) {
+      finish = toolFinishReason(finish) as string;
+    }
+    st.finished ||= finish !== null;
+    return { index, delta, logprobs, finish_reason: finish };
+  }
+
+  /** Closing choices for those the upstream left without a finish reason. */
+  unfinished(completionTokens: number): Json[] {
+    if (this.#byIndex.size === 0) this.#state(0);
+    const out: Json[] = [];
+    for (const [index, st] of this.#byIndex) {
+      if (st.finished) continue;
+      const finish_reason = inferFinish(
+        this.asked,
+        completionTokens,
+        st.calls.count > 0,
+      );
+      const body = this.kind === "text"
+        ? { text: "" }
+        : { delta: st.roleSent ? {} : { role: "assistant", content: "" } };
+      out.push({ index, ...body, logprobs: null, finish_reason });
+    }
+    return out;
+  }
+}
+
+function generatedText(choice: Json, kind: Kind): string {
+  if (kind === "text") return String(choice.text ?? "");
+  const d = choice.delta as Json;
+  let s = typeof d.content === "string" ? d.content : "";
+  if (Array.isArray(d.tool_calls)) {
+    for (const t of d.tool_calls) {
+      const f = obj(obj(t)?.function);
+      if (typeof f?.arguments === "string") s += f.arguments;
+    }
+  }
+  return s;
+}
+
+/**
+ * Turns an upstream SSE body into exact OpenAI chunks, ending with a real
+ * finish reason, one usage chunk (`choices: []`) and `data: [DONE]`; an
+ * upstream error mid-stream becomes a final error frame.
+ */
+export function normaliseStream(
+  upstream: ReadableStream<Uint8Array>,
+  kind: Kind,
+  model: string,
+  prompt: string,
+  asked: Asked,
+  hooks: StreamHooks,
+): ReadableStream<Uint8Array> {
+  const enc = new TextEncoder();
+  const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
+  const state = new Choices(kind, asked);
+  let id = "";
+  let created = 0;
+  let usage: Usage | null = null;
+  let generated = "";
+  const events = sseData(upstream);
+  let ended = false;
+  const end = (u: Usage | null, e: OpenAIError | null) => {
+    if (!ended) hooks.onEnd(u, e);
+    ended = true;
+  };
+  const chunk = (choices: Json[], extra: Json = {}) =>
+    enc.encode(sseFrame({
+      id: id ||= newId(kind),
+      object,
+      created: created ||= Math.floor(Date.now() / 1000),
+      model,
+      choices,
+      ...extra,
+    }));
+  const comment = (text: string) => enc.encode(`: ${text}\n\n`);
+
+  const finish = (
+    ctl: ReadableStreamDefaultController<Uint8Array>,
+    error: OpenAIError | null,
+  ) => {
+    if (error) ctl.enqueue(enc.encode(error.toSSE()));
+    else {
+      let note = "";
+      if (!usage) {
+        const p = estimateTokens(prompt);
+        const n = estimateTokens(generated);
+        usage = { prompt_tokens: p, completion_tokens: n, total_tokens: p + n };
+        note = "usage estimated by orchard: the upstream reported none";
+      }
+      const closing = state.unfinished(usage.completion_tokens);
+      if (closing.length) ctl.enqueue(chunk(closing));
+      if (note) ctl.enqueue(comment(note));
+      if (asked.logprobs && !state.sawLogprobs) {
+        ctl.enqueue(comment("logprobs requested: the upstream sent none"));
+      }
+      ctl.enqueue(chunk([], { usage }));
+    }
+    ctl.enqueue(enc.encode(sseFrame("[DONE]")));
+    ctl.close();
+    end(usage, error);
+  };
+
+  return new ReadableStream<Uint8Array>({
+    async pull(ctl) {
+      try {
+        let sent = false;
+        while (!sent) {
+          const { value, done } = await events.next();
+          if (done || value.trim() === "[DONE]") return finish(ctl, null);
+          for (const j of parseData(value)) {
+            const err = obj(j.error);
+            if (
+              err || typeof j.error === "string" || typeof j.detail === "string"
+            ) {
+              const status = int(err?.status) ?? int(err?.code) ?? 500;
+              const fake = new Response(JSON.stringify(j), {
+                status: status >= 400 && status <= 599 ? status : 500,
+              });
+              return finish(ctl, await upstreamError(fake));
+            }
+            usage = normaliseUsage(j.usage) ?? usage;
+            const raw = Array.isArray(j.choices) ? j.choices : [];
+            if (raw.length === 0) continue; // usage-only: sent at the end
+            id ||= typeof j.id === "string" && j.id ? j.id : newId(kind);
+            created ||= int(j.created) ?? Math.floor(Date.now() / 1000);
+            const choices = raw.map((c, i) => state.choice(obj(c) ?? {}, i));
+            let piece = "";
+            for (const c of choices) piece += generatedText(c, kind);
+            generated += piece;
+            if (piece) hooks.onTokens(estimateTokens(piece));
+            const extra: Json = typeof j.system_fingerprint === "string"
+              ? { system_fingerprint: j.system_fingerprint }
+              : {};
+            ctl.enqueue(chunk(choices, extra));
+            sent = true;
+          }
+        }
+      } catch (err) {
+        if ((err as Error)?.name === "AbortError") {
+          end(usage, null);
+          ctl.error(err);
+          return;
+        }
+        finish(
+          ctl,
+          err instanceof OpenAIError ? err : new OpenAIError(
+            502,
+            "upstream_error",
+            "The engine stream failed",
+          ),
+        );
+      }
+    },
+    async cancel() {
+      end(usage, null);
+      await events.return(undefined);
+    },
+  });
+}
+
+/** JSON objects in one `data:` payload (servers that omit blank lines put several). */
+function parseData(data: string): Json[] {
+  try {
+    const one = obj(JSON.parse(data));
+    return one ? [one] : [];
+  } catch {
+    const out: Json[] = [];
+    for (const line of data.split("\n")) {
+      try {
+        const j = obj(JSON.parse(line));
+        if (j) out.push(j);
+      } catch { /* not JSON: skipped */ }
+    }
+    return out;
+  }
+}
