@@ -32,6 +32,8 @@ const GREEDY: SamplingParams = {
   frequencyPenalty: 0,
   seed: null,
   stop: [],
+  grammar: null,
+  logprobs: null,
 };
 
 async function bare(path: string, tokens: number, threads: number) {

@@ -2,16 +2,20 @@
  * `deno task fixture:model OUT.gguf [--size tiny|small] [--seed N]`
  *
  * Writes a llama-architecture GGUF with seeded random weights, a byte-level
- * BPE vocabulary (256 byte tokens + ChatML control tokens) and a ChatML
- * chat template. llama.cpp loads and runs it through exactly the code real
- * models use; its output is deterministic gibberish.
+ * BPE vocabulary (256 byte tokens + ChatML control tokens) and Qwen2.5's
+ * chat template (ChatML with Hermes-style tools), so the Jinja template,
+ * tool-call and grammar paths all run on it. llama.cpp loads and runs it
+ * through exactly the code real models use; its output is deterministic
+ * gibberish (and valid JSON or tool calls wherever a grammar asks).
  */
+import { dirname } from "node:path";
 import { parseArgs } from "node:util";
 import {
   type GgufEntry,
   type GgufTensor,
   writeGguf,
 } from "../node/llama/gguf.ts";
+import { QWEN_TOOLS_TEMPLATE } from "./fixture_templates.ts";
 
 /** Shapes of the generated models. */
 export const FIXTURE_SIZES = {
@@ -110,7 +114,7 @@ export async function writeFixtureModel(
     size?: FixtureSize;
     seed?: number;
     name?: string;
-    /** Chat template to embed (default ChatML). */
+    /** Chat template to embed (default Qwen2.5's, with tools). */
     template?: string;
   } = {},
 ): Promise<number> {
@@ -158,7 +162,7 @@ export async function writeFixtureModel(
     ["tokenizer.ggml.add_bos_token", { type: "bool", value: false }],
     ["tokenizer.chat_template", {
       type: "string",
-      value: opts.template ?? CHATML_TEMPLATE,
+      value: opts.template ?? QWEN_TOOLS_TEMPLATE,
     }],
   ];
   const ones = () => 1;
@@ -190,6 +194,7 @@ export async function writeFixtureModel(
     (n, t) => n + t.dims.reduce((a, b) => a * b, 1),
     0,
   );
+  await Deno.mkdir(dirname(path) || ".", { recursive: true });
   const tmp = `${path}.tmp-${Deno.pid}`;
   try {
     using file = await Deno.open(tmp, {

@@ -20,7 +20,14 @@ import {
 } from "./chat_messages.ts";
 
 /** A template that cannot be compiled or rendered; the message says why. */
-export class TemplateError extends Error {}
+export class TemplateError extends Error {
+  /** True when the template refused the conversation itself (`raise_exception`), not a failure of the template. */
+  readonly raised: boolean;
+  constructor(message: string, opts: { cause?: unknown; raised?: boolean } = {}) {
+    super(message, { cause: opts.cause });
+    this.raised = opts.raised ?? false;
+  }
+}
 
 /** What a template's `raise_exception(...)` throws: its own text. */
 class Raised extends Error {}
@@ -135,7 +142,9 @@ export class ChatTemplate {
       msgs = toTemplateMessages(messages);
     } catch (err) {
       if (err instanceof MessageError) {
-        throw new TemplateError(`Cannot render chat template: ${err.message}`);
+        throw new TemplateError(`Cannot render chat template: ${err.message}`, {
+          raised: true,
+        });
       }
       throw err;
     }
@@ -150,7 +159,9 @@ export class ChatTemplate {
         opts.extra ?? {},
       );
     } catch (err) {
-      if (err instanceof Raised) throw new TemplateError(err.message);
+      if (err instanceof Raised) {
+        throw new TemplateError(err.message, { raised: true });
+      }
       throw new TemplateError(
         `Cannot render chat template: ${(err as Error).message}`,
         { cause: err },

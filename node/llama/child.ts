@@ -5,6 +5,18 @@
  * sequence plus prompt chunks of new ones into a single `llama_decode`, then
  * samples every sequence that produced an output.
  *
+ * Streaming: each step's text leaves the process at the end of that step
+ * (a synchronous write to the stdout pipe, so no event-loop turn can hold
+ * it back); nothing is coalesced beyond one decode step. Requests come in
+ * through a worker that reads stdin (stdin_lines.ts), so a new request or a
+ * cancellation waits at most one step. Prompt chunks are sized so that a
+ * step with running sequences stays near STEP_TARGET_MS: a long prompt
+ * arriving does not stall the streams already running.
+ *
+ * Prompt reuse: slots keep what their last sequence left in the KV cache
+ * (slot_cache.ts); a new prompt goes to the slot holding its longest prefix
+ * and decodes only the rest.
+ *
  * llama.cpp aborts the process on some misuse; the scheduler never decodes
  * twice at once, never exceeds `n_batch`, and only samples outputs of the
  * decode just made. Whatever still crashes takes down this process only:
@@ -19,14 +31,20 @@ import type {
   ChildRequest,
   FinishReason,
   SamplingParams,
+  TokenLogprob,
 } from "./protocol.ts";
+import { SlotCache } from "./slot_cache.ts";
 
 interface Seq {
   id: string;
   slot: number;
   prompt: Int32Array;
+  /** Prompt tokens reused from the slot's cache. */
+  cached: number;
   fed: number;
   pos: number;
+  /** Tokens in the KV cache for this sequence, from position 0. */
+  history: number[];
   sampler: Deno.PointerObject;
   maxTokens: number;
   generated: number;
@@ -36,14 +54,25 @@ interface Seq {
   held: string;
   stops: string[];
   holdback: number;
+  logprobs: number | null;
+  heldLogprobs: TokenLogprob[];
+  /** Render control tokens as text. */
+  special: boolean;
   cancelled: boolean;
   /** Most sequences that shared one decode with this one. */
   peak: number;
-  /** Whether any of its text was emitted yet. */
-  sentText: boolean;
 }
 
-const out = Deno.stdout.writable.getWriter();
+/**
+ * Largest step a prompt chunk may stretch to while other sequences are
+ * generating (prompt alone: whole n_batch chunks). On a Mac GPU prefill is
+ * fast and chunks stay large; on a small CPU they shrink to keep streams
+ * moving.
+ */
+const STEP_TARGET_MS = 150;
+/** Smallest prompt chunk, however slow prefill is. */
+const MIN_CHUNK = 16;
+
 const enc = new TextEncoder();
 let outbox: ChildEvent[] = [];
 
@@ -51,44 +80,40 @@ function emit(e: ChildEvent) {
   outbox.push(e);
 }
 
-/** Writes the queued events, merging each sequence's consecutive text. */
-function flush(): Promise<void> {
-  urgent = false;
-  lastFlush = performance.now();
-  if (!outbox.length) return Promise.resolve();
+/** Writes the queued events, merging each sequence's consecutive text, synchronously. */
+function flush() {
+  if (!outbox.length) return;
   const merged: ChildEvent[] = [];
   for (const e of outbox) {
     const prev = merged.at(-1);
     if (e.ev === "text" && prev?.ev === "text" && prev.id === e.id) {
-      merged[merged.length - 1] = { ...e, text: prev.text + e.text };
+      merged[merged.length - 1] = {
+        ...e,
+        text: prev.text + e.text,
+        ...(prev.logprobs || e.logprobs
+          ? { logprobs: [...prev.logprobs ?? [], ...e.logprobs ?? []] }
+          : {}),
+      };
     } else merged.push(e);
   }
-  const text = merged.map((e) => JSON.stringify(e)).join("\n") + "\n";
   outbox = [];
-  return out.write(enc.encode(text)).catch(() => Deno.exit(0));
+  const bytes = enc.encode(
+    merged.map((e) => JSON.stringify(e)).join("\n") + "\n",
+  );
+  try {
+    let off = 0;
+    while (off < bytes.length) {
+      off += Deno.stdout.writeSync(bytes.subarray(off));
+    }
+  } catch {
+    Deno.exit(0); // the engine is gone
+  }
 }
 
 /**
- * Between decode steps text goes out at most every STREAM_FLUSH_MS (a
- * sequence's first text, and every other event, at once): each write wakes
- * the engine's process, which on a small machine takes a core from
- * llama.cpp's threads mid-step; a few tokens per write cost nothing a
- * reader can see.
- */
-const STREAM_FLUSH_MS = 30;
-let lastFlush = 0;
-let urgent = false;
-function flushBetweenSteps(): void {
-  if (
-    urgent || outbox.some((e) => e.ev !== "text") ||
-    performance.now() - lastFlush >= STREAM_FLUSH_MS
-  ) void flush();
-}
-
-/**
- * A macrotask: lets the event loop read stdin (cancellations, new requests)
- * between synchronous decode steps. MessageChannel, not setTimeout(0), which
- * nested timers clamp to 4 ms.
+ * A macrotask: lets the event loop deliver the stdin worker's messages
+ * between synchronous decode steps. MessageChannel, not setTimeout(0),
+ * which costs a timer turn (~3 ms a step measured on 2 cores).
  */
 let tick: { port: MessagePort; resume: (() => void) | null } | null = null;
 function yieldToEventLoop(): Promise<void> {
@@ -110,41 +135,48 @@ function yieldToEventLoop(): Promise<void> {
 }
 
 let model: LoadedLlama;
+let slots: SlotCache;
 const seqs = new Map<string, Seq>();
-const freeSlots: number[] = [];
 const embedQueue: { id: string; inputs: string[] }[] = [];
 let wake: (() => void) | null = null;
+/** Recent prompt-token cost of a step (EWMA, ms per prompt token). */
+let msPerPromptToken = 0;
 
 /** Ends a sequence; "done" is also sent for cancelled ones so the engine frees the slot. */
 function finish(s: Seq, reason: FinishReason) {
   const rest = s.held + s.decoder.decode();
-  if (rest && !s.cancelled) emitText(s, rest);
-  release(s);
+  if ((rest || s.heldLogprobs.length) && !s.cancelled) emitText(s, rest);
+  release(s, true);
   emit({
     ev: "done",
     id: s.id,
     finish: reason,
     promptTokens: s.prompt.length,
+    cachedTokens: s.cached,
     completionTokens: s.generated,
     cancelled: s.cancelled,
     peakBatch: s.peak,
   });
 }
 
-function release(s: Seq) {
+/** Frees a sequence's slot; its cache stays for the next prompt unless `keep` is false. */
+function release(s: Seq, keep: boolean) {
   seqs.delete(s.id);
-  model.clearSeq(s.slot);
   model.llama.symbols.llama_sampler_free(s.sampler);
-  freeSlots.push(s.slot);
+  if (keep) {
+    // the cache holds what was decoded: positions 0 … pos-1
+    slots.release(s.slot, Int32Array.from(s.history.slice(0, s.pos)));
+  } else {
+    model.clearSeq(s.slot);
+    slots.release(s.slot, new Int32Array(0));
+  }
 }
 
 /** Sends text; `tokens` is the sequence's cumulative completion token count. */
 function emitText(s: Seq, text: string) {
-  if (!s.sentText) {
-    s.sentText = true;
-    urgent = true; // time to first token
-  }
-  emit({ ev: "text", id: s.id, text, tokens: s.generated });
+  const logprobs = s.heldLogprobs.length ? s.heldLogprobs : undefined;
+  s.heldLogprobs = [];
+  emit({ ev: "text", id: s.id, text, tokens: s.generated, logprobs });
 }
 
 /** Appends decoded text, holding back what could be the start of a stop string. */
@@ -174,11 +206,13 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
     message: string,
     param: string | null = null,
   ) => emit({ ev: "error", id: req.id, status, code, message, param });
+  let sampler: Deno.PointerObject | null = null;
   try {
     const text = req.messages
       ? model.applyTemplate(req.messages)
       : req.prompt ?? "";
-    const prompt = model.tokenize(text, req.messages ? false : true);
+    const chat = req.messages !== undefined || req.templated === true;
+    const prompt = model.tokenize(text, !chat);
     if (prompt.length === 0) {
       return fail(400, "invalid_value", "The prompt is empty", "prompt");
     }
@@ -197,18 +231,27 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
         "messages",
       );
     }
-    const slot = freeSlots.pop();
-    if (slot === undefined) {
+    const p: SamplingParams = req.params;
+    sampler = model.sampler(p);
+    const grant = slots.acquire(prompt);
+    if (!grant) {
+      model.llama.symbols.llama_sampler_free(sampler);
       return fail(503, "server_busy", "All slots are busy");
     }
-    const p: SamplingParams = req.params;
+    // keep the shared prefix, drop the rest of what the slot held
+    if (!model.truncateSeq(grant.slot, grant.reuse)) {
+      model.clearSeq(grant.slot);
+      grant.reuse = 0;
+    }
     seqs.set(req.id, {
       id: req.id,
-      slot,
+      slot: grant.slot,
       prompt,
-      fed: 0,
-      pos: 0,
-      sampler: model.sampler(p),
+      cached: grant.reuse,
+      fed: grant.reuse,
+      pos: grant.reuse,
+      history: Array.from(prompt),
+      sampler,
       maxTokens: Math.min(p.maxTokens ?? room, room),
       generated: 0,
       pending: null,
@@ -217,12 +260,22 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       held: "",
       stops: p.stop.filter((s) => s.length > 0),
       holdback: Math.max(0, ...p.stop.map((s) => s.length - 1)),
+      logprobs: p.logprobs,
+      heldLogprobs: [],
+      special: req.renderSpecial === true,
       cancelled: false,
       peak: 0,
-      sentText: false,
     });
-    emit({ ev: "started", id: req.id, promptTokens: prompt.length });
+    emit({
+      ev: "started",
+      id: req.id,
+      promptTokens: prompt.length,
+      cachedTokens: grant.reuse,
+    });
   } catch (err) {
+    if (sampler && !seqs.has(req.id)) {
+      model.llama.symbols.llama_sampler_free(sampler);
+    }
     if (err instanceof InputError) {
       return fail(400, err.code, err.message, err.param);
     }
@@ -234,6 +287,15 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
   }
 }
 
+/** Prompt tokens one step may take, given how many sequences are also generating. */
+function promptBudget(capacity: number, generating: number): number {
+  if (generating === 0 || msPerPromptToken <= 0) return capacity;
+  return Math.max(
+    MIN_CHUNK,
+    Math.min(capacity, Math.floor(STEP_TARGET_MS / msPerPromptToken)),
+  );
+}
+
 /** One continuous-batching step. */
 function step() {
   const b = model.batch;
@@ -243,14 +305,23 @@ function step() {
   for (const s of active) {
     s.out = -1;
     if (s.pending !== null) {
+      s.history[s.pos] = s.pending;
       s.out = b.add(s.pending, s.pos++, s.slot, true);
       s.pending = null;
       inStep.add(s);
     }
   }
+  const generating = b.n;
+  const budget = Math.min(
+    b.capacity,
+    generating + promptBudget(
+      b.capacity - generating,
+      generating,
+    ),
+  );
   for (const s of active) {
     const left = s.prompt.length - s.fed;
-    const take = Math.min(left, b.capacity - b.n);
+    const take = Math.min(left, budget - b.n);
     if (left === 0 || take <= 0) continue;
     for (let i = 0; i < take; i++) {
       const last = s.fed + i === s.prompt.length - 1;
@@ -262,7 +333,23 @@ function step() {
   }
   if (b.n === 0) return;
   for (const s of inStep) s.peak = Math.max(s.peak, inStep.size);
-  const rc = model.decode();
+  const promptTokens = b.n - generating;
+  const t0 = performance.now();
+  let rc = model.decode();
+  if (rc === 1) {
+    // no room in the KV cache: drop what idle slots keep cached, then retry
+    for (const slot of slots.idleCached()) {
+      model.clearSeq(slot);
+      slots.forget(slot);
+    }
+    rc = model.decode();
+  }
+  if (promptTokens > 0) {
+    const ms = (performance.now() - t0) / Math.max(1, b.n);
+    msPerPromptToken = msPerPromptToken
+      ? msPerPromptToken * 0.7 + ms * 0.3
+      : ms;
+  }
   if (rc !== 0) {
     for (const s of active) {
       emit({
@@ -273,7 +360,7 @@ function step() {
         message: `llama_decode failed with status ${rc}`,
       });
       s.cancelled = true;
-      release(s);
+      release(s, false);
     }
     return;
   }
@@ -286,9 +373,12 @@ function step() {
       continue;
     }
     s.generated++;
+    if (s.logprobs !== null) {
+      s.heldLogprobs.push(model.logprobs(s.out, tok, s.logprobs));
+    }
     const stopped = push(
       s,
-      s.decoder.decode(model.piece(tok), { stream: true }),
+      s.decoder.decode(model.piece(tok, s.special), { stream: true }),
     );
     if (stopped) finish(s, "stop");
     else if (s.generated >= s.maxTokens) finish(s, "length");
@@ -326,7 +416,7 @@ async function pump() {
       continue;
     }
     step();
-    flushBetweenSteps(); // the writer queues; not awaited, the next step overlaps it
+    flush();
     await yieldToEventLoop();
   }
 }
@@ -349,27 +439,39 @@ function handle(req: ChildRequest) {
   wake?.();
 }
 
-async function* lines(stream: ReadableStream<Uint8Array>) {
-  const dec = new TextDecoder();
-  let buf = "";
-  for await (const chunk of stream) {
-    buf += dec.decode(chunk, { stream: true });
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      yield buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
+/** Lines of stdin, read by a worker whose event loop waits on the pipe (see stdin_lines.ts). */
+function stdinLines(): AsyncIterableIterator<string> {
+  const worker = new Worker(new URL("./stdin_lines.ts", import.meta.url), {
+    type: "module",
+  });
+  const queue: (string | null)[] = [];
+  let waiting: ((v: string | null) => void) | null = null;
+  worker.onmessage = (e: MessageEvent<string | null>) => {
+    if (waiting) {
+      const w = waiting;
+      waiting = null;
+      w(e.data);
+    } else queue.push(e.data);
+  };
+  return (async function* () {
+    while (true) {
+      const line = queue.length
+        ? queue.shift()!
+        : await new Promise<string | null>((r) => (waiting = r));
+      if (line === null) return;
+      yield line;
     }
-  }
+  })();
 }
 
 async function main() {
-  const input = lines(Deno.stdin.readable);
+  const input = stdinLines();
   const first = await input.next();
   const load = first.done ? null : JSON.parse(first.value) as ChildRequest;
   if (load?.op !== "load") throw new Error("expected a load request first");
   const llama = openLlama();
   model = await LoadedLlama.load(llama, load);
-  for (let i = load.slots - 1; i >= 0; i--) freeSlots.push(i);
+  slots = new SlotCache(load.slots);
   emit({
     ev: "ready",
     model: {
@@ -385,9 +487,7 @@ async function main() {
   });
   flush();
   pump();
-  for await (const line of input) {
-    if (line.trim()) handle(JSON.parse(line) as ChildRequest);
-  }
+  for await (const line of input) handle(JSON.parse(line) as ChildRequest);
   Deno.exit(0); // the engine closed our stdin
 }
 
@@ -406,11 +506,9 @@ function check() {
 
 if (import.meta.main && Deno.args[0] === "--check") check();
 else if (import.meta.main) {
-  main().catch(async (err) => {
+  main().catch((err) => {
     emit({ ev: "fatal", message: (err as Error).message });
     flush();
-    await out.ready;
-    await out.close().catch(() => {});
     Deno.exit(3);
   });
 }

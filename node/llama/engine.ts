@@ -13,6 +13,9 @@ import type {
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
+import { ChatTemplate, TemplateError } from "./chat_template.ts";
+import { ChoiceOutput } from "./choice_output.ts";
+import { outputGrammar } from "./constraints.ts";
 import { checkLibraries, ModelProcess } from "./process.ts";
 import {
   type GenerationRequest,
@@ -27,6 +30,7 @@ import {
   type Kind,
   streamResponse,
 } from "./responses.ts";
+import { detectToolFamily, ToolCallParser } from "./tool_calls.ts";
 
 /** Options of `createLlamaEngine`. */
 export interface LlamaEngineOptions {
@@ -55,6 +59,8 @@ interface Loaded {
   restarts: number;
   /** Times of recent crashes, for restart back-off. */
   crashes: number[];
+  /** The GGUF's Jinja chat template, compiled (null: none, or one our renderer cannot parse). */
+  template?: ChatTemplate | null;
 }
 
 /** Creates the llama engine; `start()` checks the libraries and scans the models. */
@@ -248,6 +254,7 @@ export class LlamaEngine implements Engine {
         },
       );
     }
+    const prepared = this.#prepare(st, req, kind);
     const release = await st.limiter.acquire(signal);
     let proc: ModelProcess;
     try {
@@ -270,13 +277,7 @@ export class LlamaEngine implements Engine {
     };
     const onAbort = () => proc.cancel(id);
     signal.addEventListener("abort", onAbort, { once: true });
-    proc.request({
-      op: "generate",
-      id,
-      messages: req.messages,
-      prompt: req.prompt,
-      params: req.params,
-    }, (e) => {
+    proc.request({ op: "generate", id, ...prepared.request }, (e) => {
       if (e.ev === "text") {
         this.#meter.add(e.tokens - produced);
         produced = e.tokens;
@@ -298,9 +299,92 @@ export class LlamaEngine implements Engine {
     }
     const model = st.entry.id;
     if (req.stream) {
-      return streamResponse(kind, model, q, () => proc.cancel(id));
+      return streamResponse(prepared.output, model, q, () => proc.cancel(id));
     }
-    return await completeResponse(kind, model, q);
+    return await completeResponse(prepared.output, model, q);
+  }
+
+  /**
+   * Renders the prompt (the GGUF's Jinja template, else llama.cpp's
+   * built-ins), builds the output grammar and the tool-call parser.
+   */
+  #prepare(st: Loaded, req: GenerationRequest, kind: Kind): {
+    request: {
+      messages?: GenerationRequest["messages"];
+      prompt?: string;
+      templated?: boolean;
+      renderSpecial?: boolean;
+      params: GenerationRequest["params"];
+    };
+    output: ChoiceOutput;
+  } {
+    const o = req.output;
+    const facts = st.entry.facts;
+    const family = detectToolFamily(facts?.chatTemplate ?? null, st.entry.id);
+    const grammar = kind === "chat" ? outputGrammar(o, family) : null;
+    const params = { ...req.params, grammar };
+    const parser = o.tools.length
+      ? new ToolCallParser(family, { names: o.tools.map((t) => t.name) })
+      : null;
+    const output = new ChoiceOutput(kind, parser, params.logprobs !== null);
+    if (kind !== "chat") {
+      return { request: { prompt: req.prompt, params }, output };
+    }
+    const builtIn = () => {
+      if (o.rawTools) {
+        throw new OpenAIError(
+          400,
+          "unsupported_parameter",
+          `The model \`${st.entry.id}\` has no chat template this engine can render with tools`,
+          { param: "tools" },
+        );
+      }
+      return { request: { messages: req.messages, params }, output };
+    };
+    const template = this.#template(st);
+    if (!template) return builtIn();
+    try {
+      const prompt = template.render(req.rawMessages ?? [], {
+        tools: o.rawTools,
+        addGenerationPrompt: true,
+      });
+      // Mistral's and Llama's call markers are control tokens
+      const renderSpecial = parser !== null && family !== "hermes";
+      return {
+        request: { prompt, templated: true, renderSpecial, params },
+        output,
+      };
+    } catch (err) {
+      if (!(err instanceof TemplateError)) throw err;
+      if (!err.raised) return builtIn(); // the template, not the request, failed
+      throw new OpenAIError(
+        400,
+        "invalid_value",
+        `The model's chat template refused these messages: ${err.message}`,
+        { param: "messages" },
+      );
+    }
+  }
+
+  /** The model's compiled Jinja template, or null to use llama.cpp's built-ins. */
+  #template(st: Loaded): ChatTemplate | null {
+    if (st.template !== undefined) return st.template;
+    const f = st.entry.facts;
+    st.template = null;
+    if (f?.chatTemplate) {
+      try {
+        st.template = new ChatTemplate(f.chatTemplate, {
+          bosToken: f.bosToken,
+          eosToken: f.eosToken,
+        });
+      } catch (err) {
+        log.warn("chat template not renderable; using llama.cpp's built-ins", {
+          model: st.entry.id,
+          error: String((err as Error).message).slice(0, 300),
+        });
+      }
+    }
+    return st.template;
   }
 
   async #entry(name: string): Promise<Loaded> {

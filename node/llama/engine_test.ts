@@ -14,8 +14,8 @@ Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 log.reload();
 
 const HI = [{ role: "user", content: "hi" }];
-/** "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n": 3 control tokens + 18 bytes. */
-const HI_PROMPT_TOKENS = 21;
+/** Qwen 2.5's template: its default system message, then "hi" (6 control tokens + 93 bytes). */
+const HI_PROMPT_TOKENS = 99;
 
 async function modelsDir(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "orchard-models-" });
@@ -103,7 +103,14 @@ Deno.test("llama engine: models, greedy determinism, stops, limits, usage, embed
           prompt_tokens: HI_PROMPT_TOKENS,
           completion_tokens: 12,
           total_tokens: HI_PROMPT_TOKENS + 12,
+          prompt_tokens_details: { cached_tokens: 0 },
         });
+        // the same prompt again: all but its last token come from the cache
+        assert.equal(b.usage.prompt_tokens, HI_PROMPT_TOKENS);
+        assert.equal(
+          b.usage.prompt_tokens_details.cached_tokens,
+          HI_PROMPT_TOKENS - 1,
+        );
       },
     );
 

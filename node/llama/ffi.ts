@@ -171,7 +171,20 @@ const SYMBOLS = {
     parameters: ["i32", "i32", "f32", "f32", "f32"],
     result: P,
   },
+  // llama_sampler * (const llama_vocab *, const char * grammar, const char * root): NULL when the grammar does not parse
+  llama_sampler_init_grammar: {
+    parameters: [P, "buffer", "buffer"],
+    result: P,
+  },
+  // llama_sampler * (vocab, grammar, root, const char ** patterns, size_t n, const llama_token * tokens, size_t n):
+  // the grammar applies only from the first match of a trigger pattern on
+  llama_sampler_init_grammar_lazy_patterns: {
+    parameters: [P, "buffer", "buffer", "buffer", "usize", "buffer", "usize"],
+    result: P,
+  },
   llama_sampler_sample: { parameters: [P, P, "i32"], result: "i32" },
+  // float * (ctx, int32 i): the logits of the i-th output of the last decode (n_vocab floats)
+  llama_get_logits_ith: { parameters: [P, "i32"], result: P },
   llama_sampler_free: { parameters: [P], result: "void" },
 } as const;
 

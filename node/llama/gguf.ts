@@ -267,6 +267,9 @@ export interface ModelFacts {
   /** True for encoder/embedding-only architectures. */
   embeddingOnly: boolean;
   chatTemplate: string | null;
+  /** Text of the BOS and EOS tokens, for chat templates that print them. */
+  bosToken: string;
+  eosToken: string;
   parameterCount: number;
 }
 
@@ -339,6 +342,12 @@ export function validateModel(info: GgufInfo): ModelFacts {
     }
   }
   const template = info.metadata.get("tokenizer.chat_template");
+  const tokens = info.metadata.get("tokenizer.ggml.tokens");
+  const tokenText = (key: string) => {
+    const id = num(info.metadata.get(key));
+    const t = Array.isArray(tokens) && id !== null ? tokens[id] : undefined;
+    return typeof t === "string" ? t : "";
+  };
   return {
     architecture: arch,
     name: typeof info.metadata.get("general.name") === "string"
@@ -350,6 +359,8 @@ export function validateModel(info: GgufInfo): ModelFacts {
     embeddingOnly: EMBEDDING_ARCHS.has(arch) ||
       info.metadata.has(`${arch}.pooling_type`),
     chatTemplate: typeof template === "string" ? template : null,
+    bosToken: tokenText("tokenizer.ggml.bos_token_id"),
+    eosToken: tokenText("tokenizer.ggml.eos_token_id"),
     parameterCount: params,
   };
 }

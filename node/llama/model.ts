@@ -4,7 +4,7 @@
  * a model's child process (node/llama/child.ts), which owns the context and
  * never decodes twice at once.
  */
-import type { ChatMessage, SamplingParams } from "./protocol.ts";
+import type { ChatMessage, SamplingParams, TokenLogprob } from "./protocol.ts";
 import { CP, cstr, type Llama, MP } from "./ffi.ts";
 
 /** An input error the engine reports as a 400, never a crash. */
@@ -211,8 +211,8 @@ export class LoadedLlama {
     return out.subarray(0, Math.max(0, n));
   }
 
-  /** The bytes of one token (control tokens render as nothing). */
-  piece(token: number): Uint8Array {
+  /** The bytes of one token (control tokens render as nothing unless `special`). */
+  piece(token: number, special = false): Uint8Array {
     const s = this.llama.symbols;
     let n = s.llama_token_to_piece(
       this.vocab,
@@ -220,7 +220,7 @@ export class LoadedLlama {
       this.#piece,
       this.#piece.length,
       0,
-      false,
+      special,
     );
     if (n < 0) {
       this.#piece = new Uint8Array(-n);
@@ -230,7 +230,7 @@ export class LoadedLlama {
         this.#piece,
         this.#piece.length,
         0,
-        false,
+        special,
       );
     }
     return this.#piece.slice(0, Math.max(0, n));
@@ -240,12 +240,28 @@ export class LoadedLlama {
     return this.llama.symbols.llama_vocab_is_eog(this.vocab, token);
   }
 
-  /** Builds a sampler chain for one request. */
+  /**
+   * Builds a sampler chain for one request. A grammar comes first, so the
+   * other samplers only ever see tokens it allows; throws InputError when
+   * llama.cpp cannot parse it.
+   */
   sampler(p: SamplingParams): Deno.PointerObject {
     const s = this.llama.symbols;
     const chain = s.llama_sampler_chain_init(new Uint8Array([1]))!;
     const add = (smpl: Deno.PointerValue) =>
       smpl && s.llama_sampler_chain_add(chain, smpl);
+    if (p.grammar) {
+      const g = this.#grammar(p.grammar.gbnf, p.grammar.triggers);
+      if (!g) {
+        s.llama_sampler_free(chain);
+        throw new InputError(
+          "invalid_grammar",
+          "The output constraint could not be compiled into a grammar",
+          "response_format",
+        );
+      }
+      add(g);
+    }
     if (
       p.repeatPenalty !== 1 || p.frequencyPenalty !== 0 ||
       p.presencePenalty !== 0
@@ -271,6 +287,74 @@ export class LoadedLlama {
     return chain;
   }
 
+  #grammar(gbnf: string, triggers?: string[]): Deno.PointerValue {
+    const s = this.llama.symbols;
+    if (!triggers?.length) {
+      return s.llama_sampler_init_grammar(this.vocab, cstr(gbnf), cstr("root"));
+    }
+    const keep = triggers.map(cstr);
+    const ptrs = new BigUint64Array(
+      keep.map((b) =>
+        BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(b)))
+      ),
+    );
+    return s.llama_sampler_init_grammar_lazy_patterns(
+      this.vocab,
+      cstr(gbnf),
+      cstr("root"),
+      new Uint8Array(ptrs.buffer),
+      BigInt(keep.length),
+      new Uint8Array(4),
+      0n,
+    );
+  }
+
+  /**
+   * The log-probability of `token` at output `index` of the last decode,
+   * with the `top` most likely tokens, from the raw logits (before
+   * temperature and other samplers, as OpenAI reports them).
+   */
+  logprobs(index: number, token: number, top: number): TokenLogprob {
+    const p = this.llama.symbols.llama_get_logits_ith(this.ctx, index);
+    if (!p) throw new Error(`No logits for output ${index}`);
+    const logits = new Float32Array(
+      Deno.UnsafePointerView.getArrayBuffer(p, this.vocabSize * 4),
+    );
+    let max = -Infinity;
+    for (let i = 0; i < logits.length; i++) {
+      if (logits[i]! > max) max = logits[i]!;
+    }
+    let sum = 0;
+    for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i]! - max);
+    const lse = max + Math.log(sum);
+    const best: number[] = [];
+    if (top > 0) {
+      for (let i = 0; i < logits.length; i++) {
+        if (best.length < top) {
+          best.push(i);
+          if (best.length === top) best.sort((a, b) => logits[b]! - logits[a]!);
+        } else if (logits[i]! > logits[best[top - 1]!]!) {
+          let j = top - 1;
+          while (j > 0 && logits[i]! > logits[best[j - 1]!]!) {
+            best[j] = best[j - 1]!;
+            j--;
+          }
+          best[j] = i;
+        }
+      }
+      if (best.length < top) best.sort((a, b) => logits[b]! - logits[a]!);
+    }
+    const entry = (t: number) => {
+      const bytes = this.piece(t);
+      return {
+        token: new TextDecoder().decode(bytes),
+        bytes: Array.from(bytes),
+        logprob: logits[t]! - lse,
+      };
+    };
+    return { ...entry(token), top: best.map(entry) };
+  }
+
   /** Decodes the shared batch (synchronously); the caller never overlaps two calls. */
   decode(): number {
     return this.llama.symbols.llama_decode(this.ctx, this.batch.value());
@@ -283,6 +367,11 @@ export class LoadedLlama {
   /** Forgets everything a sequence left in the KV cache. */
   clearSeq(seq: number) {
     this.llama.symbols.llama_memory_seq_rm(this.memory, seq, -1, -1);
+  }
+
+  /** Drops a sequence's cached positions from `from` on (keeps its prefix). */
+  truncateSeq(seq: number, from: number): boolean {
+    return this.llama.symbols.llama_memory_seq_rm(this.memory, seq, from, -1);
   }
 
   /** Mean-pooled, L2-normalised embeddings of each input. */

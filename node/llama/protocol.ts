@@ -15,6 +15,25 @@ export interface SamplingParams {
   frequencyPenalty: number;
   seed: number | null;
   stop: string[];
+  /** A GBNF grammar the output must match (structured output, tool calls), or null. */
+  grammar: GrammarSpec | null;
+  /** Log-probabilities to report: null for none, else how many alternatives per token (0–20). */
+  logprobs: number | null;
+}
+
+/** A grammar constraint: whole output, or only from the first match of a trigger pattern on (lazy). */
+export interface GrammarSpec {
+  gbnf: string;
+  /** Regexes matched against the output from its start; the grammar applies from the first match group on. */
+  triggers?: string[];
+}
+
+/** One generated token's log-probability and the most likely alternatives (OpenAI's shape, less `bytes` naming). */
+export interface TokenLogprob {
+  token: string;
+  bytes: number[];
+  logprob: number;
+  top: { token: string; bytes: number[]; logprob: number }[];
 }
 
 /** A chat message already flattened to text. */
@@ -36,8 +55,13 @@ export type ChildRequest =
   | {
     op: "generate";
     id: string;
+    /** Rendered by llama.cpp's built-in template (fallback when Jinja cannot render). */
     messages?: ChatMessage[];
     prompt?: string;
+    /** The prompt is a rendered chat template: parse control tokens, add no BOS. */
+    templated?: boolean;
+    /** Render control tokens as text (tool-call markers such as `[TOOL_CALLS]`). */
+    renderSpecial?: boolean;
     params: SamplingParams;
   }
   | { op: "cancel"; id: string }
@@ -62,14 +86,22 @@ export type FinishReason = "stop" | "length";
 export type ChildEvent =
   | { ev: "ready"; model: LoadedModel }
   | { ev: "fatal"; message: string }
-  | { ev: "started"; id: string; promptTokens: number }
+  /** `cachedTokens`: prompt tokens reused from the slot's KV cache (not decoded again). */
+  | { ev: "started"; id: string; promptTokens: number; cachedTokens: number }
   /** `tokens`: completion tokens generated so far (cumulative). */
-  | { ev: "text"; id: string; text: string; tokens: number }
+  | {
+    ev: "text";
+    id: string;
+    text: string;
+    tokens: number;
+    logprobs?: TokenLogprob[];
+  }
   | {
     ev: "done";
     id: string;
     finish: FinishReason;
     promptTokens: number;
+    cachedTokens: number;
     completionTokens: number;
     cancelled: boolean;
     /** Most sequences that shared one decode with this request (continuous batching at work). */

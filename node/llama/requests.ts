@@ -1,18 +1,26 @@
 /**
  * OpenAI request bodies → generation requests for the llama engine, with
- * 400s in OpenAI's shape for anything malformed. Unknown fields (tools,
- * response_format, user, …) are ignored, never rejected.
+ * 400s in OpenAI's shape for anything malformed, and 400
+ * `unsupported_parameter` for fields the engine cannot honour
+ * (request_fields.ts): nothing is silently ignored.
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import type { OpenAIBody } from "../engine.ts";
 import type { ChatMessage, SamplingParams } from "./protocol.ts";
+import { refuseUnsupported } from "./request_fields.ts";
+import { type OutputControls, parseOutputControls } from "./tool_requests.ts";
 
 /** A parsed generation request. */
 export interface GenerationRequest {
   model: string;
   stream: boolean;
+  /** Chat messages flattened to text (for llama.cpp's built-in templates). */
   messages?: ChatMessage[];
+  /** Chat messages as the client sent them (for the model's Jinja template). */
+  rawMessages?: Record<string, unknown>[];
   prompt?: string;
+  /** Tools, tool choice, response format (chat only). */
+  output: OutputControls;
   params: SamplingParams;
 }
 
@@ -58,7 +66,7 @@ function numberIn(
   return v;
 }
 
-function sampling(body: OpenAIBody): SamplingParams {
+function sampling(body: OpenAIBody, logprobs: number | null): SamplingParams {
   const maxKey = body.max_completion_tokens !== undefined &&
       body.max_completion_tokens !== null
     ? "max_completion_tokens"
@@ -104,6 +112,8 @@ function sampling(body: OpenAIBody): SamplingParams {
     frequencyPenalty: numberIn(body, "frequency_penalty", -2, 2, 0),
     seed: seed === null ? null : seed >>> 0,
     stop,
+    grammar: null,
+    logprobs,
   };
 }
 
@@ -114,6 +124,20 @@ function streamOf(body: OpenAIBody): boolean {
     bad("stream", "`stream` must be a boolean", "invalid_type");
   }
   return s;
+}
+
+/** Chat `logprobs` (boolean) + `top_logprobs` (0–20): alternatives per token, or null. */
+function chatLogprobs(body: OpenAIBody): number | null {
+  const lp = body.logprobs;
+  const top = body.top_logprobs;
+  if (lp !== undefined && lp !== null && typeof lp !== "boolean") {
+    bad("logprobs", "`logprobs` must be a boolean", "invalid_type");
+  }
+  const n = numberIn(body, "top_logprobs", 0, 20, 0, true);
+  if (top !== undefined && top !== null && lp !== true) {
+    bad("top_logprobs", "`top_logprobs` needs `logprobs: true`");
+  }
+  return lp === true ? n : null;
 }
 
 function textOf(content: unknown, i: number): string {
@@ -144,6 +168,7 @@ function textOf(content: unknown, i: number): string {
 
 /** `POST /v1/chat/completions`. */
 export function parseChat(body: OpenAIBody): GenerationRequest {
+  refuseUnsupported(body, "chat");
   const model = modelOf(body);
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) {
@@ -169,11 +194,19 @@ export function parseChat(body: OpenAIBody): GenerationRequest {
     }
     return { role, content: textOf(msg.content, i) };
   });
-  return { model, stream: streamOf(body), messages, params: sampling(body) };
+  return {
+    model,
+    stream: streamOf(body),
+    messages,
+    rawMessages: raw as Record<string, unknown>[],
+    output: parseOutputControls(body),
+    params: sampling(body, chatLogprobs(body)),
+  };
 }
 
 /** `POST /v1/completions`. */
 export function parseCompletion(body: OpenAIBody): GenerationRequest {
+  refuseUnsupported(body, "completions");
   const model = modelOf(body);
   let prompt = body.prompt;
   if (
@@ -187,13 +220,24 @@ export function parseCompletion(body: OpenAIBody): GenerationRequest {
       "invalid_type",
     );
   }
-  return { model, stream: streamOf(body), prompt, params: sampling(body) };
+  // the legacy API's `logprobs` is the number of alternatives (0–5)
+  const lp = body.logprobs === undefined || body.logprobs === null
+    ? null
+    : numberIn(body, "logprobs", 0, 5, 0, true);
+  return {
+    model,
+    stream: streamOf(body),
+    prompt,
+    output: parseOutputControls({}),
+    params: sampling(body, lp),
+  };
 }
 
 /** `POST /v1/embeddings`: the inputs as strings. */
 export function parseEmbeddings(
   body: OpenAIBody,
 ): { model: string; inputs: string[]; base64: boolean } {
+  refuseUnsupported(body, "embeddings");
   const model = modelOf(body);
   const input = body.input;
   const inputs = typeof input === "string" ? [input] : input;

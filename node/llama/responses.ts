@@ -5,9 +5,15 @@
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import { sseFrame } from "../engines/_sse.ts";
+import {
+  ChoiceCollector,
+  type ChoiceOutput,
+  type ChoicePiece,
+  type Kind,
+} from "./choice_output.ts";
 import type { RequestEvent } from "./process.ts";
 
-export type Kind = "chat" | "text";
+export type { Kind } from "./choice_output.ts";
 
 /** An async queue of one request's events. */
 export class EventQueue {
@@ -58,18 +64,22 @@ function ids(kind: Kind) {
   };
 }
 
-function usage(prompt: number, completion: number) {
+/** OpenAI usage, with the prompt tokens that came from the prefix cache. */
+function usage(prompt: number, completion: number, cached: number) {
   return {
     prompt_tokens: prompt,
     completion_tokens: completion,
     total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached },
   };
 }
 
+type Base = { id: string; created: number; model: string };
+
 function chunk(
   kind: Kind,
-  base: { id: string; created: number; model: string },
-  text: string | null,
+  base: Base,
+  piece: ChoicePiece | null,
   finish: string | null,
 ) {
   if (kind === "chat") {
@@ -79,10 +89,9 @@ function chunk(
       system_fingerprint: null,
       choices: [{
         index: 0,
-        delta: text === null
-          ? (finish ? {} : { role: "assistant", content: "" })
-          : { content: text },
-        logprobs: null,
+        delta: piece?.delta ??
+          (finish ? {} : { role: "assistant", content: "" }),
+        logprobs: piece?.logprobs ?? null,
         finish_reason: finish,
       }],
     };
@@ -92,8 +101,8 @@ function chunk(
     object: "text_completion",
     choices: [{
       index: 0,
-      text: text ?? "",
-      logprobs: null,
+      text: piece?.text ?? "",
+      logprobs: piece?.logprobs ?? null,
       finish_reason: finish,
     }],
   };
@@ -101,45 +110,55 @@ function chunk(
 
 /** An SSE response fed by the queue; `cancel` stops generation when the client leaves. */
 export function streamResponse(
-  kind: Kind,
+  out: ChoiceOutput,
   model: string,
   q: EventQueue,
   cancel: () => void,
 ): Response {
+  const kind = out.kind;
   const base = { ...ids(kind), model };
   const enc = new TextEncoder();
   let finished = false;
-  let sentText = false;
+  const frames = (pieces: ChoicePiece[]) =>
+    pieces.map((p) => sseFrame(chunk(kind, base, p, null))).join("");
   const body = new ReadableStream<Uint8Array>({
     start(c) {
       if (kind === "chat") {
         c.enqueue(enc.encode(sseFrame(chunk(kind, base, null, null))));
       }
     },
+    // each pull enqueues something or ends the stream: a pull that
+    // returns empty-handed is not called again
     async pull(c) {
-      const e = await q.nextWithin(PING_MS);
-      if (!e) {
-        if (!sentText) c.enqueue(enc.encode(": ping\n\n"));
-        return;
+      let e = await q.nextWithin(PING_MS);
+      while (e?.ev === "text") {
+        const text = frames(out.text(e.text, e.logprobs));
+        if (text) return c.enqueue(enc.encode(text));
+        e = await q.nextWithin(PING_MS);
       }
-      if (e.ev === "text") {
-        sentText = true;
-        if (e.text) {
-          c.enqueue(enc.encode(sseFrame(chunk(kind, base, e.text, null))));
-        }
+      if (!e) {
+        c.enqueue(enc.encode(": ping\n\n"));
         return;
       }
       finished = true;
       if (e.ev === "done") {
         c.enqueue(enc.encode(
-          sseFrame(chunk(kind, base, kind === "chat" ? null : "", e.finish)) +
+          frames(out.end()) +
+            sseFrame(
+              chunk(
+                kind,
+                base,
+                kind === "chat" ? { delta: {}, logprobs: null } : null,
+                out.finishReason(e.finish),
+              ),
+            ) +
             sseFrame({
               ...base,
               object: kind === "chat"
                 ? "chat.completion.chunk"
                 : "text_completion",
               choices: [],
-              usage: usage(e.promptTokens, e.completionTokens),
+              usage: usage(e.promptTokens, e.completionTokens, e.cachedTokens),
             }),
         ));
       } else if (e.ev === "error") {
@@ -164,19 +183,24 @@ export function streamResponse(
 
 /** Collects the whole generation into one JSON response. */
 export async function completeResponse(
-  kind: Kind,
+  out: ChoiceOutput,
   model: string,
   q: EventQueue,
 ): Promise<Response> {
+  const kind = out.kind;
   const base = { ...ids(kind), model };
-  let text = "";
+  const all = new ChoiceCollector();
   while (true) {
     const e = await q.next();
-    if (e.ev === "text") text += e.text;
-    else if (e.ev === "error") {
+    if (e.ev === "text") {
+      for (const p of out.text(e.text, e.logprobs)) all.add(p);
+    } else if (e.ev === "error") {
       throw new OpenAIError(e.status, e.code, e.message);
     } else if (e.ev === "done") {
-      const u = usage(e.promptTokens, e.completionTokens);
+      for (const p of out.end()) all.add(p);
+      const u = usage(e.promptTokens, e.completionTokens, e.cachedTokens);
+      const logprobs = all.logprobs(kind, out.logprobs);
+      const finish_reason = out.finishReason(e.finish);
       const body = kind === "chat"
         ? {
           ...base,
@@ -184,9 +208,14 @@ export async function completeResponse(
           system_fingerprint: null,
           choices: [{
             index: 0,
-            message: { role: "assistant", content: text, refusal: null },
-            logprobs: null,
-            finish_reason: e.finish,
+            message: {
+              role: "assistant",
+              content: all.calls.length && !all.content ? null : all.content,
+              refusal: null,
+              ...(all.calls.length ? { tool_calls: all.calls } : {}),
+            },
+            logprobs,
+            finish_reason,
           }],
           usage: u,
         }
@@ -195,9 +224,9 @@ export async function completeResponse(
           object: "text_completion",
           choices: [{
             index: 0,
-            text,
-            logprobs: null,
-            finish_reason: e.finish,
+            text: all.content,
+            logprobs,
+            finish_reason,
           }],
           usage: u,
         };
