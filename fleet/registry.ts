@@ -6,7 +6,11 @@
  */
 import { signEdDSA } from "../lib/jwt.ts";
 import { log } from "../lib/log.ts";
-import type { EngineModel, EngineStats } from "../node/engine.ts";
+import type {
+  EngineModel,
+  EngineStats,
+  PromptOverhead,
+} from "../node/engine.ts";
 import { k } from "../store/kv_keys.ts";
 import {
   getNodeRecord,
@@ -181,6 +185,12 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
           if (got) {
             got.nodeIds.push(v.id);
             got.embeddings = !!got.embeddings && !!m.embeddings;
+            if (m.promptOverhead) {
+              got.promptOverhead = maxOverhead(
+                got.promptOverhead,
+                m.promptOverhead,
+              );
+            }
             for (const a of m.aliases ?? []) {
               if (!got.aliases.includes(a)) got.aliases.push(a);
             }
@@ -191,6 +201,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
               kind: m.kind,
               ...(m.embeddings ? { embeddings: true } : {}),
               ...(m.contextLength ? { contextLength: m.contextLength } : {}),
+              ...(m.promptOverhead ? { promptOverhead: m.promptOverhead } : {}),
               nodeIds: [v.id],
             });
           }
@@ -225,5 +236,18 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       clearTimeout(timer);
       await inflight?.catch(() => {});
     },
+  };
+}
+
+/** The larger bound of two nodes' template overheads for one model. */
+function maxOverhead(
+  a: PromptOverhead | undefined,
+  b: PromptOverhead,
+): PromptOverhead {
+  if (!a) return b;
+  return {
+    fixed: Math.max(a.fixed, b.fixed),
+    perMessage: Math.max(a.perMessage, b.perMessage),
+    tools: Math.max(a.tools, b.tools),
   };
 }

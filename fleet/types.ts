@@ -45,6 +45,8 @@ export interface Fleet {
     /** Every serving node also embeds with this chat model. */
     embeddings?: boolean;
     contextLength?: number;
+    /** The largest template overhead its nodes report. */
+    promptOverhead?: EngineModel["promptOverhead"];
     nodeIds: string[];
   }[];
   /** Resolves an alias to its model id (or returns the id unchanged). */

@@ -447,7 +447,7 @@ export async function messages(
     );
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
-    const cap = await ex.admit(ctx, p, m.contextLength);
+    const cap = await ex.admit(ctx, p, m);
     p.body.max_tokens = cap;
     p.body.model = m.id;
     if (p.stream) p.body.stream_options = { include_usage: true };

@@ -27,6 +27,7 @@ import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { NodeRouter, type RouterOptions } from "./router.ts";
 import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
+import { promptUpper, type TemplateOverhead } from "./tokens.ts";
 import type { ParsedRequest } from "./validate.ts";
 import { quotaHeaders, rejectionError } from "./ratelimit_headers.ts";
 
@@ -118,7 +119,7 @@ export class GatewayCore {
     ctx: AuthContext,
     named: string,
     kind: "chat" | "embedding",
-  ): { id: string; contextLength: number | null } {
+  ): ResolvedModel {
     const id = this.fleet.resolveModel(named);
     const served = this.fleet.servedModels().find((m) => m.id === id);
     if (
@@ -136,8 +137,20 @@ export class GatewayCore {
         { param: "model", type: "invalid_request_error" },
       );
     }
-    return { id, contextLength: served.contextLength ?? null };
+    return {
+      id,
+      contextLength: served.contextLength ?? null,
+      promptOverhead: served.promptOverhead ?? null,
+    };
   }
+}
+
+/** A model as the gateway routes and bounds it. */
+export interface ResolvedModel {
+  id: string;
+  contextLength: number | null;
+  /** What its chat template adds around the messages, when its nodes say. */
+  promptOverhead: TemplateOverhead | null;
 }
 
 /** 503 for an unreachable store: fail closed. */
@@ -188,15 +201,15 @@ export class Exchange {
   async admit(
     ctx: AuthContext,
     p: ParsedRequest,
-    contextLength: number | null,
+    model: Pick<ResolvedModel, "contextLength" | "promptOverhead"> | null,
   ): Promise<number> {
     this.ctx = ctx;
-    this.promptUpper = p.prompt.upper;
+    this.promptUpper = promptUpper(p.prompt, model?.promptOverhead ?? null);
     this.promptEstimate = p.prompt.estimate;
     const cap = p.endpoint === "embeddings"
       ? 0
-      : p.maxTokens ?? contextLength ?? this.core.defaultMaxTokens;
-    const worst = p.prompt.upper + cap;
+      : p.maxTokens ?? model?.contextLength ?? this.core.defaultMaxTokens;
+    const worst = this.promptUpper + cap;
     let a: Admission;
     try {
       a = await this.core.admitter.admit({
@@ -204,7 +217,7 @@ export class Exchange {
         tokens: worst,
         minTokens: p.maxTokens !== null || cap === 0
           ? worst
-          : p.prompt.upper + 1,
+          : this.promptUpper + 1,
         reclaimTokens: p.prompt.estimate,
         ttlMs: this.core.reservationTtlMs,
       });
@@ -216,7 +229,7 @@ export class Exchange {
     if (!a.ok) throw rejectionError(a, this.headers);
     this.reservation = a.reservation;
     const granted = a.reservation?.tokens ?? worst;
-    this.completionCap = Math.max(0, granted - p.prompt.upper);
+    this.completionCap = Math.max(0, granted - this.promptUpper);
     return this.completionCap;
   }
 

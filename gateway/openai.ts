@@ -125,7 +125,7 @@ export async function completions(
     const p = kind === "chat" ? parseChat(body) : parseCompletion(body);
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
-    const cap = await ex.admit(ctx, p, m.contextLength);
+    const cap = await ex.admit(ctx, p, m);
     const unclamped = p.maxTokens ?? m.contextLength;
     if (unclamped === null || cap < unclamped) body.max_tokens = cap;
     body.model = m.id;

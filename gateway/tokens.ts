@@ -51,10 +51,45 @@ export function textBytes(v: unknown, depth = 0): number {
 export interface PromptSize {
   upper: number;
   estimate: number;
+  /** Text bytes of the messages (and tools). */
+  bytes: number;
+  messages: number;
+  /** JSON length of the offered tools (0 without tools). */
+  toolsJson: number;
 }
 
 /** Sizes a prompt from its text bytes and number of messages. */
-export function promptSize(bytes: number, messages: number): PromptSize {
+export function promptSize(
+  bytes: number,
+  messages: number,
+  toolsJson = 0,
+): PromptSize {
   const overhead = PROMPT_OVERHEAD + MESSAGE_OVERHEAD * messages;
-  return { upper: bytes + overhead, estimate: Math.ceil(bytes / 4) + overhead };
+  return {
+    upper: bytes + overhead,
+    estimate: Math.ceil(bytes / 4) + overhead,
+    bytes,
+    messages,
+    toolsJson,
+  };
+}
+
+/** What a model's template adds, as its node reports it (see node/engine.ts). */
+export interface TemplateOverhead {
+  fixed: number;
+  perMessage: number;
+  tools: number;
+}
+
+/**
+ * The prompt's upper bound in tokens for a model whose template overhead is
+ * known: the generic bound or the model's, whichever is larger.
+ */
+export function promptUpper(p: PromptSize, o: TemplateOverhead | null): number {
+  if (!o) return p.upper;
+  const tools = p.toolsJson > 0 ? o.tools + 2 * p.toolsJson : 0;
+  return Math.max(
+    p.upper,
+    p.bytes + o.fixed + o.perMessage * p.messages + tools,
+  );
 }

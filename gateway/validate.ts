@@ -125,6 +125,9 @@ export function parseChat(body: Record<string, unknown>): ParsedRequest {
     prompt: promptSize(
       textBytes(msgs) + textBytes(body.tools ?? null),
       msgs.length,
+      Array.isArray(body.tools) && body.tools.length
+        ? JSON.stringify(body.tools).length
+        : 0,
     ),
     body,
   };

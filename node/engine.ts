@@ -34,6 +34,21 @@ export interface EngineModel {
   aliases?: string[];
   /** A chat model that also serves `/v1/embeddings` (llama: mean pooling). */
   embeddings?: boolean;
+  /** What the model's chat template adds to a conversation, when the engine knows it. */
+  promptOverhead?: PromptOverhead;
+}
+
+/**
+ * An upper bound on the bytes a chat template adds around the messages'
+ * text (a token is at least one byte, so bytes bound tokens): `fixed` per
+ * prompt (default system message, generation prompt), `perMessage`, and
+ * `tools` once when tools are offered (the gateway adds twice each tool's
+ * JSON length on top). The gateway caps billed prompt tokens at the bound.
+ */
+export interface PromptOverhead {
+  fixed: number;
+  perMessage: number;
+  tools: number;
 }
 
 /** Load and health figures reported in each heartbeat. */

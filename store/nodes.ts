@@ -64,6 +64,11 @@ const modelSchema = z.object({
   contextLength: z.number().int().min(0).max(1e8).optional(),
   aliases: z.array(z.string().min(1).max(200)).max(8).optional(),
   embeddings: z.boolean().optional(),
+  promptOverhead: z.object({
+    fixed: z.number().int().min(0).max(1e6),
+    perMessage: z.number().int().min(0).max(1e5),
+    tools: z.number().int().min(0).max(1e6),
+  }).optional(),
 });
 const models = z.array(modelSchema).max(256);
 const count = z.number().int().min(0).max(1e6);

@@ -23,7 +23,10 @@ import {
 export class TemplateError extends Error {
   /** True when the template refused the conversation itself (`raise_exception`), not a failure of the template. */
   readonly raised: boolean;
-  constructor(message: string, opts: { cause?: unknown; raised?: boolean } = {}) {
+  constructor(
+    message: string,
+    opts: { cause?: unknown; raised?: boolean } = {},
+  ) {
     super(message, { cause: opts.cause });
     this.raised = opts.raised ?? false;
   }
@@ -212,4 +215,44 @@ export class ChatTemplate {
     const out = new Interpreter(env).run(this.#template.parsed);
     return String(out.value);
   }
+}
+
+const utf8 = (s: string) => new TextEncoder().encode(s).length;
+/** A small tool, for measuring what the template writes around tool definitions. */
+const PROBE_TOOL = {
+  type: "function",
+  function: {
+    name: "f",
+    description: "d",
+    parameters: { type: "object", properties: { a: { type: "string" } } },
+  },
+};
+
+/**
+ * Measures what a template adds around the messages' text, in bytes (a
+ * bound on tokens), with margins for what probes cannot see (tool-call
+ * wrappers in the history, longer role names): the gateway bounds billed
+ * prompt tokens with it.
+ */
+export function measureOverhead(
+  t: ChatTemplate,
+): { fixed: number; perMessage: number; tools: number } {
+  const one = [{ role: "user", content: "x" }];
+  const three = [...one, { role: "assistant", content: "y" }, {
+    role: "user",
+    content: "z",
+  }];
+  const b1 = utf8(t.render(one)) - 1;
+  const b3 = utf8(t.render(three)) - 3;
+  const perMessage = Math.max(0, Math.ceil((b3 - b1) / 2));
+  const fixed = Math.max(0, b1 - perMessage);
+  let tools = 0;
+  try {
+    tools = Math.max(
+      0,
+      utf8(t.render(one, { tools: [PROBE_TOOL] })) - (b1 + 1) -
+        JSON.stringify(PROBE_TOOL).length,
+    );
+  } catch { /* a template that refuses tools: nothing to add */ }
+  return { fixed: fixed + 64, perMessage: perMessage + 64, tools: tools + 64 };
 }

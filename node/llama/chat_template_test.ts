@@ -122,7 +122,9 @@ Deno.test("ChatTemplate.render() throws the template's raise_exception text as T
   call.push(call[0]);
   assert.throws(
     () => t.render(msgs, { tools: TOOLS }),
-    new TemplateError("This model only supports single tool-calls at once!"),
+    new TemplateError("This model only supports single tool-calls at once!", {
+      raised: true,
+    }),
   );
 });
 
@@ -244,7 +246,7 @@ Deno.test("ChatTemplate throws TemplateError for bad syntax, unknown filters and
   assert.equal(raising.supportsSystemRole, true, "raises either way");
   assert.throws(
     () => raising.render([{ role: "user", content: "x" }]),
-    new TemplateError("Only user and assistant roles!"),
+    new TemplateError("Only user and assistant roles!", { raised: true }),
   );
 });
 

@@ -10,10 +10,15 @@ import type {
   EngineModel,
   EngineStats,
   OpenAIBody,
+  PromptOverhead,
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
-import { ChatTemplate, TemplateError } from "./chat_template.ts";
+import {
+  ChatTemplate,
+  measureOverhead,
+  TemplateError,
+} from "./chat_template.ts";
 import { ChoiceOutput } from "./choice_output.ts";
 import { outputGrammar } from "./constraints.ts";
 import { checkLibraries, ModelProcess } from "./process.ts";
@@ -77,6 +82,7 @@ export class LlamaEngine implements Engine {
   #catalog = new Map<string, CatalogEntry>();
   #scannedAt = 0;
   #state = new Map<string, Loaded>();
+  #overheads = new Map<string, PromptOverhead | null>();
   #meter = new TokenMeter();
   #peakBatch = 0;
   #healthy = false;
@@ -154,6 +160,7 @@ export class LlamaEngine implements Engine {
         embeddings: true,
         contextLength: this.#contextOf(e),
         aliases: e.sidecar.aliases ?? [],
+        ...this.#overheadOf(e),
       });
     }
     return out;
@@ -364,6 +371,29 @@ export class LlamaEngine implements Engine {
         { param: "messages" },
       );
     }
+  }
+
+  /** The template overhead of a catalog entry, measured once per file version. */
+  #overheadOf(e: CatalogEntry): Pick<EngineModel, "promptOverhead"> {
+    const key = `${e.path}:${e.mtime}`;
+    let o = this.#overheads.get(key);
+    if (o === undefined) {
+      o = null;
+      if (e.facts?.chatTemplate) {
+        try {
+          o = measureOverhead(
+            new ChatTemplate(e.facts.chatTemplate, {
+              bosToken: e.facts.bosToken,
+              eosToken: e.facts.eosToken,
+            }),
+          );
+        } catch {
+          /* rendered by llama.cpp's built-ins: the generic bound applies */
+        }
+      }
+      this.#overheads.set(key, o);
+    }
+    return o ? { promptOverhead: o } : {};
   }
 
   /** The model's compiled Jinja template, or null to use llama.cpp's built-ins. */

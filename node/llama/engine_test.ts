@@ -84,6 +84,14 @@ Deno.test("llama engine: models, greedy determinism, stops, limits, usage, embed
         assert.deepEqual(tiny.aliases, ["tiny-alias"]);
         assert.equal(tiny.kind, "chat");
         assert.equal(tiny.contextLength, 2048);
+        // the template's overhead bounds the prompt the gateway may bill
+        const o = tiny.promptOverhead!;
+        assert.ok("hi".length + o.fixed + o.perMessage >= HI_PROMPT_TOKENS);
+        assert.ok(o.tools > 200, "Qwen's tools block is measured");
+        assert.equal(
+          models.find((m) => m.id === "odd-template")!.promptOverhead,
+          undefined,
+        );
       },
     );
 
