@@ -233,13 +233,21 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
     }
     const p: SamplingParams = req.params;
     sampler = model.sampler(p);
-    const grant = slots.acquire(prompt);
+    const live = [...seqs.values()].map((q) => ({
+      slot: q.slot,
+      tokens: q.history.slice(0, q.pos),
+    }));
+    const grant = slots.acquire(prompt, live);
     if (!grant) {
       model.llama.symbols.llama_sampler_free(sampler);
       return fail(503, "server_busy", "All slots are busy");
     }
-    // keep the shared prefix, drop the rest of what the slot held
-    if (!model.truncateSeq(grant.slot, grant.reuse)) {
+    if (grant.from !== null) {
+      // share another slot's prefix cells, dropping what this slot held
+      model.clearSeq(grant.slot);
+      model.shareSeq(grant.from, grant.slot, grant.reuse);
+    } else if (!model.truncateSeq(grant.slot, grant.reuse)) {
+      // keep the cached prefix, drop the rest of what the slot held
       model.clearSeq(grant.slot);
       grant.reuse = 0;
     }

@@ -135,6 +135,12 @@ const SYMBOLS = {
   // bool (llama_memory_t, llama_seq_id, llama_pos p0, llama_pos p1)
   llama_memory_seq_rm: { parameters: [P, "i32", "i32", "i32"], result: "bool" },
   llama_memory_clear: { parameters: [P, "bool"], result: "void" },
+  // void (llama_memory_t, src, dst, llama_pos p0, llama_pos p1): with a unified
+  // KV cache the cells are shared, not copied
+  llama_memory_seq_cp: {
+    parameters: [P, "i32", "i32", "i32", "i32"],
+    result: "void",
+  },
   // int32 (ctx, llama_batch). Synchronous: a `nonblocking` call (a hop to
   // a blocking-pool thread) measured 1.6-2x slower per token on CPU; the
   // child process that owns the context yields to its event loop between

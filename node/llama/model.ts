@@ -369,6 +369,11 @@ export class LoadedLlama {
     this.llama.symbols.llama_memory_seq_rm(this.memory, seq, -1, -1);
   }
 
+  /** Makes positions [0, n) of sequence `src` part of `dst` too (shared cells). */
+  shareSeq(src: number, dst: number, n: number) {
+    this.llama.symbols.llama_memory_seq_cp(this.memory, src, dst, 0, n);
+  }
+
   /** Drops a sequence's cached positions from `from` on (keeps its prefix). */
   truncateSeq(seq: number, from: number): boolean {
     return this.llama.symbols.llama_memory_seq_rm(this.memory, seq, from, -1);
