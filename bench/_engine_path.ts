@@ -20,6 +20,7 @@ import { type Cluster, startCluster } from "../tests/fixtures/cluster.ts";
 import {
   median,
   percentile,
+  type StreamTiming,
   timeChatStream,
 } from "../tests/fixtures/stream_timing.ts";
 
@@ -50,6 +51,8 @@ export interface StreamsRound {
   tokensPerSecond: number;
   /** Most prompt tokens any stream got from the prefix cache. */
   cached: number;
+  /** Why streams failed (an error answer, a broken stream); the figures leave them out. */
+  failures: string[];
 }
 
 /** One long-prompt request: TTFT and its usage. */
@@ -57,6 +60,8 @@ export interface LongAsk {
   ttft: number;
   promptTokens: number;
   cachedTokens: number;
+  /** Why it failed (the figures are NaN then). */
+  error?: string;
 }
 
 /** One round of the prefix-reuse section. */
@@ -100,7 +105,7 @@ export async function streamsRound(
   tokens: number,
 ): Promise<StreamsRound> {
   const start = performance.now();
-  const runs = await Promise.all(
+  const settled = await Promise.allSettled(
     Array.from({ length: n }, (_, i) =>
       timeChatStream(path.client, {
         model: "small",
@@ -113,22 +118,35 @@ export async function streamsRound(
       })),
   );
   const seconds = (performance.now() - start) / 1000;
-  const sorted = (f: (x: (typeof runs)[number]) => number) =>
-    runs.map(f).sort((a, b) => a - b);
-  const itlP99 = sorted((s) => percentile(s.gaps, 0.99));
+  const runs = settled.flatMap((s) =>
+    s.status === "fulfilled" ? [s.value] : []
+  );
+  const failures = settled.flatMap((s) =>
+    s.status === "rejected" ? [String(s.reason?.message ?? s.reason)] : []
+  );
+  /** Median over the streams that finished; NaN when none did. */
+  const over = (f: (s: StreamTiming) => number) =>
+    runs.length ? median(runs.map(f).sort((a, b) => a - b)) : NaN;
+  const worst = (f: (s: StreamTiming) => number) =>
+    runs.length ? Math.max(...runs.map(f)) : NaN;
+  const p99 = (s: StreamTiming) => percentile(s.gaps, 0.99);
   const total = runs.reduce((a, s) => a + (s.usage?.completion_tokens ?? 0), 0);
   return {
-    ttft: median(sorted((s) => s.firstText)),
-    ttftMax: Math.max(...runs.map((s) => s.firstText)),
-    itlP50: median(sorted((s) => percentile(s.gaps, 0.5))),
-    itlP99: median(itlP99),
-    itlP99Max: itlP99.at(-1)!,
-    tokensPerSecond: n === 1
+    ttft: over((s) => s.firstText),
+    ttftMax: worst((s) => s.firstText),
+    itlP50: over((s) => percentile(s.gaps, 0.5)),
+    itlP99: over(p99),
+    itlP99Max: worst(p99),
+    tokensPerSecond: !runs.length
+      ? NaN
+      : n === 1
       ? total / (runs[0]!.lastText / 1000) // sent → last text, as for the engine
       : total / seconds,
     cached: Math.max(
+      0,
       ...runs.map((s) => s.usage?.prompt_tokens_details?.cached_tokens ?? 0),
     ),
+    failures,
   };
 }
 
@@ -139,20 +157,25 @@ export async function reuseRound(path: ClientPath): Promise<ReuseRound> {
     `${tag}: ${body.repeat(Math.ceil(LONG_PROMPT_CHARS / body.length))}`
       .slice(0, LONG_PROMPT_CHARS);
   const ask = async (system: string): Promise<LongAsk> => {
-    const s = await timeChatStream(path.client, {
-      model: "small",
-      messages: [
-        { role: "system", content: system },
-        { role: "user", content: "A question?" },
-      ],
-      max_tokens: 4,
-      temperature: 0,
-    });
-    return {
-      ttft: s.firstText,
-      promptTokens: s.usage?.prompt_tokens ?? 0,
-      cachedTokens: s.usage?.prompt_tokens_details?.cached_tokens ?? 0,
-    };
+    try {
+      const s = await timeChatStream(path.client, {
+        model: "small",
+        messages: [
+          { role: "system", content: system },
+          { role: "user", content: "A question?" },
+        ],
+        max_tokens: 4,
+        temperature: 0,
+      });
+      return {
+        ttft: s.firstText,
+        promptTokens: s.usage?.prompt_tokens ?? NaN,
+        cachedTokens: s.usage?.prompt_tokens_details?.cached_tokens ?? NaN,
+      };
+    } catch (e) {
+      const error = String((e as Error).message ?? e);
+      return { ttft: NaN, promptTokens: NaN, cachedTokens: NaN, error };
+    }
   };
   const a = long(fresh());
   const cold = await ask(a);
@@ -161,9 +184,11 @@ export async function reuseRound(path: ClientPath): Promise<ReuseRound> {
   return { cold, warm, other };
 }
 
-/** Median over rounds of one figure. */
-export const mid = <T>(rounds: T[], f: (r: T) => number) =>
-  median(rounds.map(f).sort((a, b) => a - b));
+/** Median over rounds of one figure (rounds without it, NaN, left out). */
+export function mid<T>(rounds: T[], f: (r: T) => number): number {
+  const xs = rounds.map(f).filter((x) => !isNaN(x)).sort((a, b) => a - b);
+  return xs.length ? median(xs) : NaN;
+}
 
 const ms = (x: number, w = 9) => x.toFixed(1).padStart(w);
 
@@ -192,11 +217,20 @@ export function printStreams(
       }`,
     );
   }
-  const cached = Math.max(...[...by.values()].flat().map((r) => r.cached));
+  const all = [...by.values()].flat();
+  const cached = Math.max(...all.map((r) => r.cached));
+  const failures = all.flatMap((r) => r.failures);
   console.log(
     `  (tokens/s: all streams' completion tokens over the wall time; one stream: sent → last text.\n` +
       `   distinct prompts: at most ${cached} prompt tokens of any stream came from the prefix cache)`,
   );
+  if (failures.length) {
+    console.log(
+      `  ${failures.length} stream(s) FAILED and are left out; first: ${
+        failures[0]
+      }`,
+    );
+  }
 }
 
 /** Prints the prefix-reuse table. */
@@ -205,7 +239,9 @@ export function printReuse(rounds: ReuseRound[]) {
     "\nlong system prompt, prefill with and without reuse (TTFT at the client, median of rounds)",
   );
   console.log(
-    "                                      TTFT ms  prompt_tokens  cached_tokens",
+    `${"TTFT ms".padStart(47)}${"prompt_tokens".padStart(15)}${
+      "cached_tokens".padStart(15)
+    }`,
   );
   const row = (label: string, f: (r: ReuseRound) => LongAsk) =>
     console.log(
@@ -216,4 +252,14 @@ export function printReuse(rounds: ReuseRound[]) {
   row("new prompt (cold)", (r) => r.cold);
   row("same prompt again (warm, reused)", (r) => r.warm);
   row("different prompt, same length", (r) => r.other);
+  const failures = rounds.flatMap((r) =>
+    [r.cold, r.warm, r.other].flatMap((a) => a.error ? [a.error] : [])
+  );
+  if (failures.length) {
+    console.log(
+      `  ${failures.length} request(s) FAILED and are left out; first: ${
+        failures[0]
+      }`,
+    );
+  }
 }
