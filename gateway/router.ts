@@ -1,7 +1,8 @@
 /**
  * Node selection: among the fleet's candidates for a model, the node with
- * the fewest requests in flight FROM THIS GATEWAY, never more than its slot
- * count. When every slot is busy, requests wait in a bounded FIFO queue with
+ * the fewest requests in flight FROM THIS GATEWAY (relative to its slots;
+ * equal nodes are chosen at random, so idle time is spread), never more
+ * than its slot count. When every slot is busy, requests wait in a bounded FIFO queue with
  * a deadline, then fail with 503 and `retry-after`.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
@@ -104,9 +105,11 @@ export class NodeRouter {
     return exclude ? all.filter((n) => n.id !== exclude) : all;
   }
 
+  /** The least loaded node with a free slot; ties go to a random one of them. */
   #pick(cands: NodeView[]): Lease | null {
     let best: NodeView | null = null;
     let bestLoad = Infinity;
+    let ties = 0;
     for (const n of cands) {
       const used = this.#inflight.get(n.id) ?? 0;
       const slots = Math.max(1, n.stats?.slots ?? 1);
@@ -115,6 +118,9 @@ export class NodeRouter {
       if (load < bestLoad) {
         best = n;
         bestLoad = load;
+        ties = 1;
+      } else if (load === bestLoad && Math.random() * ++ties < 1) {
+        best = n; // reservoir sampling: each tied node with probability 1/ties
       }
     }
     if (!best) return null;
