@@ -565,6 +565,7 @@ if (role === "upstream") {
       nodeIds: [node.id],
     }],
     resolveModel: (m) => m,
+    knownModel: (m) => m === "bench",
     nodeTarget: () => Promise.resolve(target),
     fetchNode: (_id, path, init) => fetch(upstream + path, init),
   };

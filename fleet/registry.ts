@@ -174,6 +174,13 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       return serving().filter((v) => v.models.some((m) => matches(m, model)))
         .sort((a, b) => load(a.stats) - load(b.stats));
     },
+    knownModel(model) {
+      const now = Date.now();
+      for (const rec of records.values()) {
+        if (view(rec, now).models.some((m) => matches(m, model))) return true;
+      }
+      return false;
+    },
     servedModels() {
       const byId = new Map<
         string,

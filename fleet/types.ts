@@ -52,6 +52,12 @@ export interface Fleet {
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**
+   * Whether some enrolled node lists `model` (id or alias) even though none
+   * can serve it now (draining, unhealthy, down): such a model is
+   * temporarily unavailable (503), not unknown (404).
+   */
+  knownModel(model: string): boolean;
+  /**
    * How to call a node: its base URL and the headers every call carries (a
    * short-lived gateway-signed JWT, `aud` = node id). The gateway's own
    * HTTP/1.1 client sends its requests with them.

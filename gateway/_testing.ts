@@ -344,6 +344,11 @@ export class StaticFleet implements Fleet {
     return this.aliases.get(model) ?? model;
   }
 
+  knownModel(model: string): boolean {
+    const id = this.resolveModel(model);
+    return this.nodes.some((n) => n.models.some((m) => m.id === id));
+  }
+
   nodeTarget(nodeId: string): Promise<NodeTarget> {
     const n = this.nodes.find((x) => x.id === nodeId);
     if (!n) return Promise.reject(new Error(`unknown node ${nodeId}`));

@@ -123,6 +123,18 @@ export class GatewayCore {
     const id = this.fleet.resolveModel(named);
     const served = this.fleet.servedModels().find((m) => m.id === id);
     if (
+      !served && modelAllowed(ctx, id, named) && this.fleet.knownModel(named)
+    ) {
+      throw new OpenAIError(
+        503,
+        "model_unavailable",
+        `No node can serve the model \`${
+          named.slice(0, 256)
+        }\` right now (its nodes are draining, unhealthy or down); retry shortly`,
+        { type: "server_error", headers: { "retry-after": "5" } },
+      );
+    }
+    if (
       !served || !modelAllowed(ctx, id, named) ||
       (kind === "embedding"
         ? served.kind !== "embedding" && !served.embeddings

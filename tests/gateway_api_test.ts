@@ -228,6 +228,27 @@ Deno.test("scopes give 403, model allow-lists and unknown models give 404 model_
   }
 });
 
+Deno.test("a model whose only node is draining or down is 503 with retry-after, not 404", async () => {
+  const w = await createWorld();
+  try {
+    for (const state of ["draining", "unhealthy"] as const) {
+      w.fleet.nodes[0]!.state = state;
+      const res = await w.post("/v1/chat/completions", chat());
+      assert.equal(res.status, 503, state);
+      assert.equal(res.headers.get("retry-after"), "5");
+      assert.equal((await res.json()).error.code, "model_unavailable");
+    }
+    const unknown = await w.post(
+      "/v1/chat/completions",
+      chat({ model: "nope" }),
+    );
+    assert.equal(unknown.status, 404, "a model no node lists is still unknown");
+    await unknown.body?.cancel();
+  } finally {
+    await w.close();
+  }
+});
+
 Deno.test("a suspended tenant gets 403 and another tenant's keys see only their own usage", async () => {
   const w = await createWorld();
   try {
