@@ -76,7 +76,10 @@ export function createLinkTests(
     try {
       const nodeA = await getNodeRecord(store, a);
       if (!nodeA) throw new Error(`node ${a} is not enrolled`);
-      const listen = await call(a, "/orchard/linktest/listen", {});
+      // a fresh token per test: both nodes prove it to each other (HMAC
+      // challenge), so nobody else on the LAN can join the measurement
+      const token = crypto.randomUUID();
+      const listen = await call(a, "/orchard/linktest/listen", { token });
       const host = typeof listen.host === "string" && listen.host &&
           listen.host !== "0.0.0.0" && listen.host !== "::"
         ? listen.host
@@ -84,6 +87,7 @@ export function createLinkTests(
       const result = await call(b, "/orchard/linktest/connect", {
         ...listen,
         host,
+        token,
       });
       rec = {
         a,
