@@ -63,8 +63,30 @@ export function createOrchardApp(
   }
   for (const part of extras.parts ?? []) app.route(part.path, part.app);
 
+  // for load balancers and process supervisors: 200 while this process
+  // serves and its store answers, 503 otherwise (no auth, no details)
+  app.get("/healthz", async (c) => {
+    try {
+      await deps.store.kv.get(["healthz"], { consistency: "eventual" });
+      return c.json({ status: "ok" }, 200, { "cache-control": "no-store" });
+    } catch {
+      return c.json({ status: "store_unreachable" }, 503, {
+        "cache-control": "no-store",
+      });
+    }
+  });
+
   const admin = createAdminApi();
   for (const extra of extras.adminParts ?? []) admin.route("/", extra);
+  // an unknown admin path, once authenticated, is a JSON 404 (not the portal's sign-in page)
+  admin.all("*", (c) =>
+    c.json({
+      error: {
+        message: `No admin API route ${c.req.method} ${c.req.path}`,
+        code: "not_found",
+        field: null,
+      },
+    }, 404));
   app.route("/api/admin/v1", admin as unknown as Hono);
 
   const portal = new Hono<PortalEnv>();

@@ -116,6 +116,24 @@ Deno.test("admin API: errors are JSON with status, message and field", async () 
   await w.close();
 });
 
+Deno.test("admin API: an unknown path is a JSON 404 with a token and 401 without; /healthz answers without auth", async () => {
+  const w = await createWorld();
+  try {
+    const unknown = await api(w, "GET", "/no-such-thing", w.tokens.platform);
+    assert.equal(unknown.status, 404);
+    assert.match(unknown.headers.get("content-type") ?? "", /json/);
+    assert.equal((await unknown.json()).error.code, "not_found");
+    const anon = await api(w, "GET", "/no-such-thing", null);
+    assert.equal(anon.status, 401);
+    await anon.body?.cancel();
+    const health = await w.app.request("/healthz");
+    assert.equal(health.status, 200);
+    assert.deepEqual(await health.json(), { status: "ok" });
+  } finally {
+    await w.close();
+  }
+});
+
 Deno.test("admin API: limits and keys round-trip; the key appears only in the 201 response", async () => {
   const w = await createWorld();
   const { platform, adminA } = w.tokens;

@@ -21,6 +21,7 @@ type Cover =
 const COVERAGE: Record<string, Cover> = {
   // admin API
   "GET /api/admin/v1/openapi.json": { kind: "public" },
+  "GET /healthz": { kind: "public" },
   "POST /api/admin/v1/tenants": { kind: "platform-only" },
   "GET /api/admin/v1/tenants": { kind: "own" },
   "GET /api/admin/v1/tenants/:id": { kind: "tenant-b" },
