@@ -130,7 +130,17 @@ async function main(args: string[]): Promise<number> {
     console.error(`${(err as Error).message}\n\n${usage()}`);
     return 2;
   }
-  const worker = await startNodeWorker(opts);
+  const worker = await startNodeWorker({
+    ...opts,
+    onRemoved: (msg) => {
+      console.error(
+        `This node was removed from the gateway or is unknown to it (${msg}); it has stopped.\n` +
+          `To join again, create a join token in the portal (Nodes → Add a node) and run:\n` +
+          `  deno task node --gateway ${opts.gatewayUrl} --join TOKEN`,
+      );
+      Deno.exit(3);
+    },
+  });
   console.log(`Orchard node ${worker.nodeId} serving at ${worker.url}`);
   const stop = async () => {
     await worker.close();

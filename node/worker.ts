@@ -60,6 +60,11 @@ export interface NodeWorkerOptions {
   maxBodyBytes?: number;
   /** Link test implementation (default: node/native/linktest.ts when it loads). */
   linktest?: LinkTester | null;
+  /**
+   * Called once when the gateway refuses this node (removed by an admin,
+   * or unknown to it), after the worker has stopped. Default: nothing more.
+   */
+  onRemoved?: (message: string) => void;
 }
 
 /** A running node worker. */
@@ -265,11 +270,12 @@ export async function startNodeWorker(
       intervalMs: heartbeatMs,
       collect,
       onResponse: (r) => drain.set(r?.drain === true),
-      onRejected: (_s, msg) =>
-        log.error("gateway refused this node; re-enroll with a join token", {
-          nodeId,
-          msg,
-        }),
+      // removed (or unknown): stop at once rather than knock every beat
+      onRejected: (_s, msg) => {
+        if (closed) return;
+        log.error("the gateway refused this node; stopping", { nodeId, msg });
+        void close().then(() => opts.onRemoved?.(msg));
+      },
     });
     return { nodeId, url, close };
   } catch (err) {

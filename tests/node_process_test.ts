@@ -144,3 +144,50 @@ Deno.test("deno task node --engine llama serves a GGUF from --models through the
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a node removed by an admin stops within a heartbeat and says how to join again", async () => {
+  const gw = await startGateway();
+  const up = startFakeUpstream();
+  const dir = await Deno.makeTempDir({ prefix: "orchard-node-removed-" });
+  try {
+    const node = await spawnNode([
+      "--gateway",
+      gw.url,
+      "--join",
+      await joinToken(gw),
+      "--port",
+      "0",
+      "--heartbeat-ms",
+      "100",
+    ], {
+      ORCHARD_NODE_ENGINE: "openai",
+      ORCHARD_UPSTREAM_URL: up.url,
+      ORCHARD_NODE_STATE_DIR: dir,
+      ORCHARD_NODE_HOST: "127.0.0.1",
+    });
+    const nodeId = /^Orchard node (\S+) serving/.exec(node.line)?.[1];
+    assert.ok(nodeId, node.line);
+    await until("healthy", async () => {
+      await gw.fleet.refresh();
+      return gw.fleet.candidates("tiny-chat")[0]?.id === nodeId;
+    }, 5000);
+    const removedAt = Date.now();
+    const del = await gw.admin("DELETE", `/nodes/${nodeId}`);
+    assert.equal(del.status, 200);
+    await del.body?.cancel();
+    const status = await node.child.status;
+    assert.equal(status.code, 3);
+    assert.ok(
+      Date.now() - removedAt < 2000,
+      "stopped within a heartbeat or so",
+    );
+    const err = await new Response(node.child.stderr).text();
+    assert.match(err, /removed from the gateway/);
+    assert.match(err, /deno task node --gateway .* --join TOKEN/);
+    await node.child.stdout.cancel().catch(() => {});
+  } finally {
+    await gw.close();
+    await up.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
