@@ -176,11 +176,23 @@ export async function startNodeWorker(
   // Serve first (enrollment needs the port); until enrolled, answer 503.
   let handler: (req: Request) => Response | Promise<Response> = () =>
     new Response("starting", { status: 503 });
-  const server = Deno.serve({
-    port: opts.port ?? 8100,
-    hostname: opts.host ?? "0.0.0.0",
-    onListen: () => {},
-  }, (req) => handler(req));
+  const port = opts.port ?? 8100;
+  const hostname = opts.host ?? "0.0.0.0";
+  let server: Deno.HttpServer<Deno.NetAddr>;
+  try {
+    server = Deno.serve(
+      { port, hostname, onListen: () => {} },
+      (req) => handler(req),
+    );
+  } catch (err) {
+    if (err instanceof Deno.errors.AddrInUse) {
+      throw new Error(
+        `Cannot start the node: port ${port} on ${hostname} is already in use by another program; choose another with --port (ORCHARD_NODE_PORT), or --port 0 for any free port`,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
   let heartbeat: ReturnType<typeof startHeartbeat> | null = null;
   let closed = false;
   const close = async () => {

@@ -191,3 +191,35 @@ Deno.test("a node removed by an admin stops within a heartbeat and says how to j
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a busy port is refused with an error naming the port", async () => {
+  const busy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const up = startFakeUpstream();
+  const dir = await Deno.makeTempDir({ prefix: "orchard-node-port-" });
+  try {
+    const port = (busy.addr as Deno.NetAddr).port;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "node/main.ts", "--gateway", "http://127.0.0.1:9"],
+      env: {
+        ORCHARD_NODE_ENGINE: "openai",
+        ORCHARD_UPSTREAM_URL: up.url,
+        ORCHARD_NODE_STATE_DIR: dir,
+        ORCHARD_NODE_HOST: "127.0.0.1",
+        ORCHARD_NODE_PORT: String(port),
+        ORCHARD_LOG_LEVEL: "error",
+      },
+      stdout: "null",
+      stderr: "piped",
+    }).output();
+    assert.equal(out.code, 1);
+    const err = new TextDecoder().decode(out.stderr);
+    assert.match(
+      err,
+      new RegExp(`port ${port} on 127\\.0\\.0\\.1 is already in use`),
+    );
+  } finally {
+    busy.close();
+    await up.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
