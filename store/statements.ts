@@ -4,15 +4,14 @@
  *
  * - **Tokens**: per model, prompt and completion tokens × the model's price
  *   per 1M tokens.
- * - **Node cost**: each node costs, over the statement period (the UTC
- *   month, or the part of it elapsed so far), its hardware amortisation
- *   (price / months, pro rata for a partial month) plus its energy
- *   (idle watts all period long, plus busy − idle watts during busy time,
- *   × tariff). A node's **busy time** is the sum of the latencies of the
- *   requests it served (request-seconds, so concurrent requests add up),
- *   capped at the period for the energy figure. A tenant pays each node's
- *   cost × its share of that node's busy time. Nodes that served nothing
- *   that month are not attributed to anyone (the operator carries them).
+ * - **Node cost, by busy node-hours**: a node costs, per hour it is
+ *   enrolled, its hardware amortisation (price / months / hours of the
+ *   month) and, per busy hour, its busy power × tariff. A tenant pays for
+ *   the node-hours it kept the node busy: the sum of its requests'
+ *   latencies on it (request-time; when concurrent requests add up to more
+ *   than the node's enrolled hours, every tenant's hours are scaled down to
+ *   fit). The rest of the node's time, idle capacity and hours before it
+ *   was enrolled, is the provider's own cost: never billed to a tenant.
  *
  * Amounts are integer micro-units; each line is rounded half-up to the
  * cent and the total is the sum of the rounded lines, so a statement adds
@@ -72,22 +71,32 @@ export function monthRange(month: string): [number, number] {
   return [Date.UTC(y, mo, 1), Date.UTC(y, mo + 1, 1)];
 }
 
-/** Node cost over a period of `periodHours` of a `monthHours` month, micro-units. */
-export function nodeCost(
+/**
+ * A tenant's part of one node's cost, micro-units: the node-hours it kept
+ * the node busy (`tenantBusyMs`, scaled down when all tenants' request-time
+ * `nodeBusyMs` exceeds the node's `enrolledHours` in the period), at the
+ * node's hourly hardware amortisation and its busy power.
+ */
+export function nodeShare(
   pricing: Pricing,
-  periodHours: number,
+  enrolledHours: number,
   monthHours: number,
-  busyMs: number,
-): { energyMicro: number; kwh: number; hardwareMicro: number } {
+  nodeBusyMs: number,
+  tenantBusyMs: number,
+): { hours: number; kwh: number; energyMicro: number; hardwareMicro: number } {
   const c = pricing.cluster;
-  const busyHours = Math.min(busyMs / HOUR, periodHours);
-  const kwh = (c.idleWatts * periodHours +
-    (c.busyWatts - c.idleWatts) * busyHours) / 1000;
+  const busyHours = nodeBusyMs / HOUR;
+  const scale = enrolledHours > 0 && busyHours > enrolledHours
+    ? enrolledHours / busyHours
+    : 1;
+  const hours = (tenantBusyMs / HOUR) * scale;
+  const kwh = (c.busyWatts * hours) / 1000;
   return {
+    hours,
     kwh,
     energyMicro: kwh * c.tariffPerKwh,
-    hardwareMicro: c.hardwarePricePerNode / c.amortisationMonths *
-      (periodHours / monthHours),
+    hardwareMicro: c.hardwarePricePerNode / c.amortisationMonths / monthHours *
+      hours,
   };
 }
 
@@ -108,7 +117,6 @@ export async function buildStatement(
     );
   }
   const to = Math.min(end, now);
-  const periodHours = (to - start) / HOUR;
   const monthHours = (end - start) / HOUR;
   const [pricing, models, nodes] = await Promise.all([
     getPricing(store),
@@ -149,28 +157,42 @@ export async function buildStatement(
   let busyMs = 0;
   for (const n of used) {
     busyMs += n.tenantBusyMs;
-    const share = n.tenantBusyMs / n.busyMs;
-    const cost = nodeCost(pricing, periodHours, monthHours, n.busyMs);
-    const name = records.get(n.nodeId)?.name ?? `removed node ${n.nodeId}`;
-    const pct = `${(share * 100).toFixed(1)}% of ${
-      (n.busyMs / HOUR).toFixed(2)
-    } busy h`;
+    const rec = records.get(n.nodeId);
+    // a node costs only from its enrolment on (a removed node: the period)
+    const since = rec ? Math.max(start, Date.parse(rec.enrolledAt)) : start;
+    const enrolledHours = Math.max(0, to - since) / HOUR;
+    const part = nodeShare(
+      pricing,
+      enrolledHours,
+      monthHours,
+      n.busyMs,
+      n.tenantBusyMs,
+    );
+    const name = rec?.name ?? `removed node ${n.nodeId}`;
+    const of = `${part.hours.toFixed(2)} busy h of ${
+      enrolledHours.toFixed(0)
+    } enrolled`;
     lines.push({
       kind: "energy",
-      description: `Energy, node ${name} (${pct})`,
-      quantity: round3(cost.kwh * share),
+      description: `Energy, node ${name} (${of})`,
+      quantity: round3(part.kwh),
       unit: "kWh",
       unitPriceMicro: pricing.cluster.tariffPerKwh,
-      amountMicro: toCents(cost.energyMicro * share),
+      amountMicro: toCents(part.energyMicro),
     });
     lines.push({
       kind: "hardware",
-      description: `Hardware, node ${name} (${pct})`,
-      quantity: round3(periodHours * share),
+      description: `Hardware, node ${name} (${of})`,
+      quantity: round3(part.hours),
       unit: "node-hours",
       unitPriceMicro: null,
-      amountMicro: toCents(cost.hardwareMicro * share),
+      amountMicro: toCents(part.hardwareMicro),
     });
+  }
+  if (used.length > 0) {
+    notes.push(
+      "Node costs are billed by the node-hours your requests kept each node busy; idle capacity is the provider's own cost.",
+    );
   }
   if (
     used.length > 0 && pricing.cluster.hardwarePricePerNode === 0 &&

@@ -90,7 +90,7 @@ Deno.test("parseMoney() reads decimals exactly and refuses the rest; formatMoney
   assert.equal(perMillion(1e12, 123_456_789), 123_456_789_000_000);
 });
 
-Deno.test("buildStatement() charges tokens per model and the tenant's busy-time share of node energy and hardware", async () => {
+Deno.test("buildStatement() charges tokens per model and the node-hours the tenant kept busy; idle capacity is nobody's", async () => {
   const w = await createWorld();
   try {
     await seed(w);
@@ -110,11 +110,14 @@ Deno.test("buildStatement() charges tokens per model and the tenant's busy-time 
     assert.deepEqual(by("prompt_tokens"), [[7, 0], [2_000_000, 1_000_000]]);
     assert.deepEqual(by("completion_tokens"), [[1_000_000, 1_500_000]]);
     assert.match(s.notes.join(" "), /No price is set for model free-model/);
-    // Node n1: (10 W × 720 h + 50 W × 4 h) = 7.4 kWh × 0.30 = 2.22; A pays 3/4 = 1.665 → 1.67.
-    assert.deepEqual(by("energy"), [[5.55, 1_670_000]]);
-    // Hardware: 3600 / 36 months = 100 per node-month; A pays 75.00.
-    assert.deepEqual(by("hardware"), [[540, 75_000_000]]);
-    assert.equal(s.totalMicro, 79_170_000);
+    // Node n1 was busy 4 h of its 720: A kept it busy 3 h at 60 W = 0.18 kWh
+    // × 0.30 = 0.054 → 0.05; the 716 idle hours are the provider's.
+    assert.deepEqual(by("energy"), [[0.18, 50_000]]);
+    // Hardware: 3600 / 36 months = 100 per node-month = 0.1389 per hour;
+    // A pays its 3 busy hours: 0.4167 → 0.42.
+    assert.deepEqual(by("hardware"), [[3, 420_000]]);
+    assert.equal(s.totalMicro, 2_970_000);
+    assert.match(s.notes.join(" "), /idle capacity is the provider's/);
     assert.equal(
       s.totalMicro,
       s.lines.reduce((a, l) => a + l.amountMicro, 0),
@@ -122,7 +125,7 @@ Deno.test("buildStatement() charges tokens per model and the tenant's busy-time 
     const b = await buildStatement(w.store, SYSTEM, w.tenantB.id, "2026-09");
     assert.deepEqual(
       b.lines.filter((l) => l.kind === "hardware").map((l) => l.amountMicro),
-      [25_000_000],
+      [140_000], // 1 busy hour
     );
     const aug = await buildStatement(w.store, SYSTEM, w.tenantA.id, "2026-08");
     assert.equal(aug.promptTokens, 99);
@@ -155,9 +158,9 @@ Deno.test("buildStatement() refuses malformed and future months and hides other 
       now,
     );
     assert.equal(half.period.complete, false);
-    // 15 days = 360 h of 720: half the hardware month, 3/4 of it for A.
+    // half the month elapsed: A still pays its 3 busy hours, nothing more
     const hw = half.lines.find((l) => l.kind === "hardware")!;
-    assert.equal(hw.amountMicro, 37_500_000);
+    assert.equal(hw.amountMicro, 420_000);
     const res = await api(
       w,
       "GET",
@@ -193,7 +196,7 @@ Deno.test("statementCsv() quotes commas and quotes and defuses formulas", async 
     assert.ok(lines[1]!.startsWith(`"'=Acme, ""Robotics""",2026-09,EUR,`));
     assert.equal(
       lines.at(-2),
-      `"'=Acme, ""Robotics""",2026-09,EUR,total,Total,,,,79.17`,
+      `"'=Acme, ""Robotics""",2026-09,EUR,total,Total,,,,2.97`,
     );
     assert.ok(
       lines.some((l) =>
@@ -216,7 +219,7 @@ Deno.test("GET /api/admin/v1/statements answers JSON or CSV and readable 400s", 
       w.tokens.platform,
     );
     assert.equal(json.status, 200);
-    assert.equal((await json.json()).totalMicro, 79_170_000);
+    assert.equal((await json.json()).totalMicro, 2_970_000);
     const csv = await api(
       w,
       "GET",
@@ -229,7 +232,7 @@ Deno.test("GET /api/admin/v1/statements answers JSON or CSV and readable 400s", 
       csv.headers.get("content-disposition")!,
       /statement-acme-2026-09\.csv/,
     );
-    assert.match(await csv.text(), /,total,Total,,,,79\.17\r\n$/);
+    assert.match(await csv.text(), /,total,Total,,,,2\.97\r\n$/);
     for (
       const [q, field] of [
         ["month=2026-09", "tenant"],
