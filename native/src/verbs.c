@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "internal.h"
@@ -530,7 +531,11 @@ struct rdma_ep {
   struct ibv_cq *cq;
   struct ibv_qp *qp;
   struct ibv_mr *mr;
-  uint8_t *mem; /* depth send slots then depth recv slots */
+  /* depth send slots then depth recv slots; mmap'ed, not malloc'ed: over
+   * Thunderbolt, macOS's ibv_reg_mr is reported to accept only mmap'ed
+   * memory (posix_memalign buffers fail to register) */
+  uint8_t *mem;
+  size_t mem_bytes;
   uint32_t slot_bytes;
   uint32_t depth;
   uint8_t port;
@@ -619,7 +624,7 @@ void rdma_ep_close(rdma_ep *ep) {
   if (ep->cq) l->f.destroy_cq(ep->cq);
   if (ep->pd) l->f.dealloc_pd(ep->pd);
   if (ep->ctx) l->f.close_device(ep->ctx);
-  free(ep->mem);
+  if (ep->mem) munmap(ep->mem, ep->mem_bytes);
   free(ep);
 }
 
@@ -670,12 +675,14 @@ int32_t rdma_ep_open(const char *device, int gid_index, uint32_t slot_bytes, uin
   ep->slot_bytes = slot_bytes;
   ep->depth = depth;
   size_t total = (size_t)slot_bytes * depth * 2;
-  if (posix_memalign((void **)&ep->mem, 16384, total) != 0) {
-    ep->mem = NULL;
+  /* anonymous mappings are page-aligned (16 KiB on Apple Silicon) and zeroed */
+  void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
+  if (mem == MAP_FAILED) {
     rc = ORCH_ERR_NO_MEMORY;
-    FAIL("cannot allocate %zu bytes of buffers", total);
+    FAIL("cannot map %zu bytes of buffers (errno %d)", total, errno);
   }
-  memset(ep->mem, 0, total);
+  ep->mem = mem;
+  ep->mem_bytes = total;
   if (!(ep->pd = l->f.alloc_pd(ep->ctx))) FAIL("ibv_alloc_pd failed (errno %d)", errno);
   if (!(ep->cq = l->f.create_cq(ep->ctx, (int)depth * 2 + 4, NULL, NULL, 0))) FAIL("ibv_create_cq failed (errno %d)", errno);
   if (!(ep->mr = l->f.reg_mr(ep->pd, ep->mem, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
