@@ -127,8 +127,16 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     out.push({ role: "system", content: textOf(sys) });
   }
   msgs.forEach((m, i) => {
+    // Claude Code and other agents put `system` entries between turns (the
+    // Messages API took them in late 2025): they stay system messages, in place
+    if (isObj(m) && m.role === "system") {
+      if (typeof m.content !== "string" && !Array.isArray(m.content)) {
+        throw bad(`messages.${i}.content`, "must be a string or text blocks");
+      }
+      return out.push({ role: "system", content: textOf(m.content) });
+    }
     if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
-      throw bad(`messages.${i}.role`, "must be user or assistant");
+      throw bad(`messages.${i}.role`, "must be user, assistant or system");
     }
     const c = m.content;
     if (typeof c === "string") return out.push({ role: m.role, content: c });

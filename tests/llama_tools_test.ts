@@ -403,6 +403,38 @@ Deno.test({
   );
 
   await t.step(
+    "Anthropic Messages with system entries inside messages (Claude Code) are served",
+    async () => {
+      const res = await fetch(`${cluster.url}/v1/messages`, {
+        method: "POST",
+        headers: {
+          "x-api-key": cluster.apiKey,
+          "content-type": "application/json",
+          "anthropic-version": "2023-06-01",
+        },
+        body: JSON.stringify({
+          model: "tiny",
+          max_tokens: 4,
+          system: [{ type: "text", text: "You are a coding agent." }],
+          messages: [
+            { role: "user", content: "Fix the bug." },
+            { role: "assistant", content: "Looking." },
+            {
+              role: "system",
+              content: [{ type: "text", text: "Reminder: be brief." }],
+            },
+            { role: "user", content: "Go on." },
+          ],
+        }),
+      });
+      const body = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(body));
+      assert.equal(body.type, "message");
+      assert.equal(body.usage.output_tokens, 4);
+    },
+  );
+
+  await t.step(
     "fields the engine cannot honour are refused by name",
     async () => {
       for (

@@ -34,6 +34,7 @@ import type {
   TokenLogprob,
 } from "./protocol.ts";
 import { SlotCache } from "./slot_cache.ts";
+import { advance, START, type Utf8State } from "./utf8_guard.ts";
 
 interface Seq {
   id: string;
@@ -58,6 +59,8 @@ interface Seq {
   heldLogprobs: TokenLogprob[];
   /** Render control tokens as text. */
   special: boolean;
+  /** Under a grammar: where the output's UTF-8 stands (see utf8_guard.ts). */
+  utf8: Utf8State | null;
   cancelled: boolean;
   /** Most sequences that shared one decode with this one. */
   peak: number;
@@ -271,6 +274,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       logprobs: p.logprobs,
       heldLogprobs: [],
       special: req.renderSpecial === true,
+      utf8: p.grammar ? START : null,
       cancelled: false,
       peak: 0,
     });
@@ -375,7 +379,11 @@ function step() {
   for (const s of active) {
     if (s.out < 0) continue;
     if (s.cancelled || !seqs.has(s.id)) continue;
+    if (s.utf8) model.utf8Guard().mask(model.logitsView(s.out), s.utf8);
     const tok = model.sample(s.sampler, s.out);
+    if (s.utf8) {
+      s.utf8 = advance(s.utf8, model.utf8Guard().pieces[tok]!) ?? START;
+    }
     if (model.isEog(tok)) {
       finish(s, "stop");
       continue;

@@ -6,6 +6,7 @@
  */
 import type { ChatMessage, SamplingParams, TokenLogprob } from "./protocol.ts";
 import { CP, cstr, type Llama, MP } from "./ffi.ts";
+import { Utf8Guard } from "./utf8_guard.ts";
 
 /** An input error the engine reports as a 400, never a crash. */
 export class InputError extends Error {
@@ -287,6 +288,27 @@ export class LoadedLlama {
     return chain;
   }
 
+  #utf8: Utf8Guard | null = null;
+
+  /** The vocabulary's UTF-8 guard (built on first use: every token's bytes). */
+  utf8Guard(): Utf8Guard {
+    if (!this.#utf8) {
+      const pieces: Uint8Array[] = [];
+      for (let t = 0; t < this.vocabSize; t++) pieces.push(this.piece(t, true));
+      this.#utf8 = new Utf8Guard(pieces);
+    }
+    return this.#utf8;
+  }
+
+  /** The logits of output `index` of the last decode, writable in place. */
+  logitsView(index: number): Float32Array {
+    const p = this.llama.symbols.llama_get_logits_ith(this.ctx, index);
+    if (!p) throw new Error(`No logits for output ${index}`);
+    return new Float32Array(
+      Deno.UnsafePointerView.getArrayBuffer(p, this.vocabSize * 4),
+    );
+  }
+
   #grammar(gbnf: string, triggers?: string[]): Deno.PointerValue {
     const s = this.llama.symbols;
     if (!triggers?.length) {
@@ -315,11 +337,7 @@ export class LoadedLlama {
    * temperature and other samplers, as OpenAI reports them).
    */
   logprobs(index: number, token: number, top: number): TokenLogprob {
-    const p = this.llama.symbols.llama_get_logits_ith(this.ctx, index);
-    if (!p) throw new Error(`No logits for output ${index}`);
-    const logits = new Float32Array(
-      Deno.UnsafePointerView.getArrayBuffer(p, this.vocabSize * 4),
-    );
+    const logits = this.logitsView(index);
     let max = -Infinity;
     for (let i = 0; i < logits.length; i++) {
       if (logits[i]! > max) max = logits[i]!;
