@@ -220,6 +220,8 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
             {err("limits")}
             <p class="muted">
               Empty means unlimited. Keys can have tighter limits of their own.
+              {!isPlatform(p) &&
+                " Your provider sets these; ask them to change your plan."}
             </p>
             <PostForm action={`/tenants/${id}/limits`} csrf={csrf}>
               {LIMIT_FIELDS.map((f) => (
@@ -232,7 +234,7 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                   value={flash.limitsInput ? flash.limitsInput[f] : limits[f]}
                 />
               ))}
-              {canWrite && (
+              {isPlatform(p) && (
                 <button class="primary" type="submit">Save limits</button>
               )}
             </PostForm>

@@ -5,6 +5,7 @@ import { ConflictError, NotFoundError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import {
   type Principal,
+  requirePlatform,
   requireTenantRead,
   requireTenantWrite,
 } from "./principal.ts";
@@ -71,7 +72,9 @@ export async function setTenantLimits(
   tenantId: string,
   input: unknown,
 ): Promise<Limits> {
-  requireTenantWrite(p, tenantId);
+  // the limits a provider sells are the provider's: tenant admins set
+  // per-key limits within them, never the tenant's own
+  requirePlatform(p);
   const limits = parseLimits(input);
   const tenant = await store.kv.get(k.tenant(tenantId));
   if (!tenant.value) throw new NotFoundError("Tenant");

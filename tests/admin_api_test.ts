@@ -144,11 +144,21 @@ Deno.test("admin API: limits and keys round-trip; the key appears only in the 20
     tokensPerDay: 1_000_000,
     tokensPerMonth: null,
   };
-  const put = await api(
+  // a tenant's own admin cannot lift (or set) the limits the provider sells
+  const lift = await api(
     w,
     "PUT",
     `/tenants/${w.tenantA.id}/limits`,
     adminA,
+    { ...limits, rpm: null },
+  );
+  assert.equal(lift.status, 403);
+  await lift.body?.cancel();
+  const put = await api(
+    w,
+    "PUT",
+    `/tenants/${w.tenantA.id}/limits`,
+    platform,
     limits,
   );
   assert.equal(put.status, 200);

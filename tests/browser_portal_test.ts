@@ -137,6 +137,10 @@ Deno.test({
         path: `${ARTIFACTS}portal-tenant-admin-phone.png`,
         fullPage: true,
       });
+      // The tenant's limits are the provider's: shown, not editable.
+      assert.equal(await p2.inputValue("#f-rpm"), "120");
+      assert.equal(await p2.isVisible("text=Save limits"), false);
+      assert.ok(await p2.isVisible("text=Your provider sets these"));
       // …and cannot see the other tenant, not even its name.
       const res = await p2.goto(`${base}/tenants/${other.id}`);
       assert.equal(res?.status(), 404);
