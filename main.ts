@@ -10,6 +10,8 @@ import { log } from "./lib/log.ts";
 import { createOrchard } from "./orchard.ts";
 import { loadIdentity } from "./node/identity.ts";
 import { startNodeWorker } from "./node/worker.ts";
+import { newId } from "./store/ids.ts";
+import { localInstanceId } from "./store/instances.ts";
 import { createJoinToken } from "./store/join_tokens.ts";
 import { getNodeRecord } from "./store/nodes.ts";
 import { SYSTEM } from "./store/principal.ts";
@@ -83,7 +85,18 @@ if (import.meta.main) {
     log.info("created the first platform admin", { email: boot.created });
   }
   const islands = await buildIslands();
-  const orchard = createOrchard({ store, config, islands });
+  // An embedded KV is this process's alone: its gateway identity lives in
+  // the data directory, so a restart reclaims at once what it held.
+  const instanceId = config.kvUrl || config.dataDir === ":memory:"
+    ? newId()
+    : await localInstanceId(config.dataDir);
+  const orchard = createOrchard({
+    store,
+    config,
+    islands,
+    gateway: { instanceId },
+  });
+  await orchard.gateway.start();
   const app = orchard.app;
   const server = Deno.serve({
     port: config.port,

@@ -79,7 +79,7 @@ export function createOrchard(opts: OrchardOptions): Orchard {
     gateway,
     close: async () => {
       await fleet.close();
-      await gateway.idle();
+      await gateway.close();
     },
   };
 }

@@ -12,6 +12,7 @@ import {
   QuotaUnavailableError,
   type Reservation,
 } from "../store/quota.ts";
+import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
 import type { UsageRecord } from "../store/usage.ts";
@@ -42,6 +43,13 @@ export interface GatewayOptions {
   defaultMaxTokens?: number;
   /** Extra time past the total timeout before a held reservation counts as crashed. */
   reservationGraceMs?: number;
+  /**
+   * This gateway instance's id (store/instances.ts): every reservation
+   * records it, and `start()` reclaims what its previous incarnation held
+   * and keeps its liveness record, so what a crashed gateway held is
+   * reclaimed in seconds. Without one, only after its deadline.
+   */
+  instanceId?: string;
 }
 
 /** Everything the handlers share. */
@@ -56,6 +64,8 @@ export class GatewayCore {
   readonly proxy: ProxyOptions;
   readonly defaultMaxTokens: number;
   readonly reservationTtlMs: number;
+  /** Liveness and reclaiming (null without `instanceId`). */
+  readonly instance: GatewayInstance | null;
   readonly #pending = new Set<Promise<unknown>>();
 
   constructor(
@@ -68,7 +78,31 @@ export class GatewayCore {
     this.admitter = new Admitter(deps.store, {
       // denokv's protocol documents at most 10 checks per atomic write.
       maxChecks: deps.config.kvUrl ? 10 : 100,
+      owner: opts.instanceId,
+      reclaimDueMs: () => this.instance?.reclaimDueMs() ?? 0,
     });
+    this.instance = opts.instanceId
+      ? new GatewayInstance(deps.store, opts.instanceId, {
+        reclaim: async (owners) => {
+          const n = await this.admitter.reclaimOwned(owners);
+          if (n > 0) {
+            this.log.log("info", "reclaimed what stopped gateways held", {
+              instances: [...owners],
+              count: n,
+            });
+          }
+          return n;
+        },
+        onLost: () => {
+          this.log.log(
+            "warn",
+            "this gateway's liveness lapsed and another reclaimed its reservations; its leases are dropped",
+            { instance: opts.instanceId },
+          );
+          this.admitter.dropLeases();
+        },
+      })
+      : null;
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log, {
@@ -88,6 +122,21 @@ export class GatewayCore {
   track(p: Promise<unknown>): void {
     this.#pending.add(p);
     p.finally(() => this.#pending.delete(p)).catch(() => {});
+  }
+
+  /**
+   * Registers this instance, reclaiming what its previous incarnation held,
+   * and starts its heartbeat (nothing without `instanceId`). Call before
+   * serving.
+   */
+  async start(): Promise<void> {
+    await this.instance?.start();
+  }
+
+  /** Waits until idle, then stops the heartbeat and deletes this instance's record. */
+  async close(): Promise<void> {
+    await this.idle();
+    await this.instance?.close();
   }
 
   /**

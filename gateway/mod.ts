@@ -20,6 +20,10 @@ export interface Gateway {
   core: GatewayCore;
   /** Resolves once settlements and usage writes in progress are done. */
   idle(): Promise<void>;
+  /** Registers this gateway instance and reclaims what its previous incarnation held (see GatewayCore.start). */
+  start(): Promise<void>;
+  /** Idles, then stops this instance's heartbeat (see GatewayCore.close). */
+  close(): Promise<void>;
 }
 
 type Env = { Variables: { requestId: string } };
@@ -125,7 +129,13 @@ export function createGateway(
     )
       .toResponse({ "x-request-id": c.get("requestId") ?? "" });
   });
-  return { app: app as unknown as Hono, core, idle: () => core.idle() };
+  return {
+    app: app as unknown as Hono,
+    core,
+    idle: () => core.idle(),
+    start: () => core.start(),
+    close: () => core.close(),
+  };
 }
 
 /** The gateway's Hono app (routes `/v1/*` and `/metrics`), mounted at the root. */

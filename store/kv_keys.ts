@@ -73,6 +73,12 @@ export const k = {
     ["quota", subject, window] as const,
   reservation: (id: string) => ["reservation", id] as const,
   reservationPrefix: () => ["reservation"] as const,
+  /** What a lease (a reservation) has used so far, billed if it is reclaimed. */
+  reservationUse: (id: string) => ["reservation_use", id] as const,
+
+  // gateway instances: liveness records (store/instances.ts)
+  gatewayInstance: (id: string) => ["gateway_instance", id] as const,
+  gatewayInstancePrefix: () => ["gateway_instance"] as const,
 
   // usage metering
   /** A tenant's records written together (an array), under the first one's id. */

@@ -7,7 +7,6 @@ import {
   type Principal,
   requirePlatform,
   requireTenantRead,
-  requireTenantWrite,
 } from "./principal.ts";
 import { limitsSchema, parse } from "./schemas.ts";
 import type { Store } from "./store.ts";

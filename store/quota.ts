@@ -43,7 +43,12 @@
  * fails its `check` and is re-read), and R may be read stale because it only
  * grows (stale R over-counts usage: conservative), re-read before refusing.
  * A reservation is settled exactly once (guarded by its versionstamp),
- * either by its request or, after its deadline, by `reclaimExpired`.
+ * either by its request or by a reclaim: of its owner's holds when that
+ * gateway instance restarts or its liveness lapses (store/instances.ts,
+ * `reclaimOwned`), or of any past its deadline (`reclaimExpired`). A
+ * reclaim bills a request its prompt estimate, and a lease what it
+ * admitted and used by its last checkpoint (at most CHECKPOINT_MS old, see
+ * Admitter.#checkpoint), never its unused capacity.
  */
 import { newIdAt } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -74,9 +79,12 @@ export interface AdmissionRequest {
   tokens: number;
   /** Smallest grant acceptable (tokens are clamped down to what remains, never below this). */
   minTokens: number;
-  /** Tokens to bill if the reservation is reclaimed after a crash. */
+  /** Tokens to bill if the reservation is reclaimed after a crash (≤ tokens). */
   reclaimTokens: number;
-  /** Reservation lifetime in ms; after it a crashed gateway's hold is reclaimed. */
+  /**
+   * Reservation lifetime in ms: after it the hold is reclaimed even while
+   * its owner lives (a settlement that failed).
+   */
   ttlMs: number;
 }
 
@@ -91,6 +99,8 @@ export interface Reservation {
   concCounters: [string, string][];
   /** Set when admitted from this process's lease: it settles in memory. */
   lease?: Lease;
+  /** Admitted from a lease: what its checkpoint bills for it while in flight. */
+  reclaimTokens?: number;
 }
 
 /** Remaining capacity of the tightest request and token windows, for headers. */
@@ -122,13 +132,32 @@ export class QuotaUnavailableError extends Error {
 interface StoredReservation {
   tenantId: string;
   keyId: string;
+  /** The gateway instance holding it (store/instances.ts); absent in tests without one. */
+  owner?: string;
   deadline: number;
+  /** Tokens it holds in each of `tokenCounters`, and those billed if reclaimed. */
   tokens: number;
   reclaimTokens: number;
   tokenCounters: [string, string][];
   concCounters: [string, string][];
   /** Concurrency slots it holds (a lease holds several; default 1). */
   units?: number;
+  /**
+   * A lease's requests held in each of `reqCounters` (rpm), and those
+   * counted if reclaimed; its ReservationUse, once written, overrides
+   * both `reclaim` fields.
+   */
+  requests?: number;
+  reclaimRequests?: number;
+  reqCounters?: [string, string][];
+}
+
+/** A lease's checkpoint (k.reservationUse): what a reclaim bills it. */
+interface ReservationUse {
+  /** Tokens used by its finished requests, plus its in-flight requests' reclaimTokens. */
+  tokens: number;
+  /** Requests it admitted. */
+  requests: number;
 }
 
 const MINUTE = 60_000;
@@ -261,6 +290,8 @@ interface PendingSettle {
   /** The reservation record to check and delete. */
   id: string;
   versionstamp: string;
+  /** Set for a lease: its checkpoint (k.reservationUse) is deleted too. */
+  lease?: Lease;
   releases: Release[];
   resolve: (settled: boolean) => void;
   reject: (e: unknown) => void;
@@ -273,14 +304,16 @@ interface PendingSettle {
  * one reservation record. Requests admitted from it need no KV write;
  * they settle in memory, and the lease settles once (unused requests,
  * tokens and all its slots released) when it has closed and its last
- * request has finished. A crashed gateway's lease is reclaimed after its
- * deadline like any reservation, its tokens billed in full.
+ * request has finished. What it has used is checkpointed in KV at most
+ * CHECKPOINT_MS late; a crashed gateway's lease is reclaimed billing that.
  */
 export class Lease {
   admitted = 0;
   inFlight = 0;
   tokensHeld = 0;
   tokensUsed = 0;
+  /** The reclaimTokens of its requests in flight (billed if it is reclaimed). */
+  reclaimHeld = 0;
   closing = false;
   /** What its record still holds in KV (lowered when it shrinks). */
   tokensReserved: number;
@@ -434,7 +467,23 @@ export interface AdmitterOptions {
    * `leaseMs` or less to go, or has used half its requests.
    */
   renewDelayMs?: number;
+  /** The gateway instance this admitter admits for, recorded as each reservation's owner. */
+  owner?: string;
+  /**
+   * How long until the holds of gateway instances that stopped beating are
+   * reclaimed (GatewayInstance.reclaimDueMs): a concurrency refusal's
+   * retry-after is that, when longer than a second.
+   */
+  reclaimDueMs?: () => number;
 }
+
+/**
+ * How stale a lease's checkpoint may get (see Admitter.#checkpoint), and
+ * so how much of a key's traffic a crash can leave unbilled: half a
+ * second, so that with the commit's latency and a busy event loop it stays
+ * within the one second README promises.
+ */
+export const CHECKPOINT_MS = 500;
 
 /**
  * A lease takes at most this share of any window's remaining capacity, and
@@ -532,6 +581,12 @@ export class Admitter {
     { count: number; since: number; last: number }
   >();
   #sweep: ReturnType<typeof setInterval> | undefined;
+  readonly #owner: string | undefined;
+  readonly #reclaimDueMs: () => number;
+  /** Leases whose use changed since their last checkpoint (see #checkpoint). */
+  readonly #dirty = new Set<Lease>();
+  #checkpointTimer: ReturnType<typeof setTimeout> | undefined;
+  #checkpointing: Promise<void> | null = null;
 
   constructor(store: Store, opts: AdmitterOptions = {}) {
     this.#store = store;
@@ -544,6 +599,8 @@ export class Admitter {
     this.#leaseMs = opts.leaseMs ?? 60_000;
     this.#maxLease = opts.maxLease ?? 256;
     this.#renewDelayMs = opts.renewDelayMs ?? 100;
+    this.#owner = opts.owner;
+    this.#reclaimDueMs = opts.reclaimDueMs ?? (() => 0);
   }
 
   /** Admits or rejects one request; throws QuotaUnavailableError when KV fails. */
@@ -661,7 +718,12 @@ export class Admitter {
     }
     l.admitted++;
     l.inFlight++;
-    if (l.hasTokens) l.tokensHeld += req.tokens;
+    const reclaimTokens = Math.min(req.tokens, req.reclaimTokens);
+    if (l.hasTokens) {
+      l.tokensHeld += req.tokens;
+      l.reclaimHeld += reclaimTokens;
+    }
+    this.#changed(l);
     const toGo = l.validUntil - now;
     const next = this.#next.get(pk);
     if (
@@ -698,6 +760,7 @@ export class Admitter {
         tokenCounters: [],
         concCounters: [],
         lease: l,
+        reclaimTokens,
       },
       view: leaseView(l, now),
     };
@@ -771,6 +834,7 @@ export class Admitter {
     const s: PendingSettle = {
       id: l.res.id,
       versionstamp: l.res.versionstamp,
+      lease: l,
       releases: leaseReleases(
         l,
         l.hasTokens ? l.tokensReserved - l.tokensUsed : 0,
@@ -778,7 +842,7 @@ export class Admitter {
         l.n - l.admitted - l.reqReleased,
       ),
       resolve: () => {},
-      reject: () => {}, // KV down: reclaimed after its deadline
+      reject: () => {}, // KV down: reclaimed with its owner, or by its deadline
     };
     if (l.ended) this.#deferSettle(s);
     else this.#queueSettle(s);
@@ -814,7 +878,10 @@ export class Admitter {
 
   /** Queues every deferred settlement now. */
   #undefer(): void {
-    for (const d of this.#deferred) this.#settles.push(d.s);
+    for (const d of this.#deferred) {
+      if (d.s.lease) this.#dirty.delete(d.s.lease);
+      this.#settles.push(d.s);
+    }
     this.#deferred = [];
     this.#stopDeferred();
   }
@@ -848,8 +915,10 @@ export class Admitter {
     const stored: StoredReservation = {
       ...l.stored,
       tokens,
-      reclaimTokens: tokens,
+      reclaimTokens: Math.min(tokens, l.tokensUsed + l.reclaimHeld),
       units: l.inFlight,
+      requests: l.admitted,
+      reclaimRequests: l.admitted,
     };
     const op = this.#store.kv.atomic()
       .check({ key, versionstamp: l.res.versionstamp })
@@ -866,6 +935,65 @@ export class Admitter {
       this.#released(rs);
     }, () => {}).finally(() => l.shrinking = null);
     return l.shrinking;
+  }
+
+  /** Marks a lease's use changed: it is checkpointed within CHECKPOINT_MS. */
+  #changed(l: Lease): void {
+    this.#dirty.add(l);
+    if (this.#checkpointTimer !== undefined) return;
+    this.#checkpointTimer = setTimeout(() => {
+      this.#checkpointTimer = undefined;
+      // After the one before, if it is still running (one at a time).
+      const run = (this.#checkpointing ?? Promise.resolve())
+        .then(() => this.#checkpoint());
+      this.#checkpointing = run;
+      void run.finally(() => {
+        if (this.#checkpointing === run) this.#checkpointing = null;
+      });
+    }, CHECKPOINT_MS);
+    Deno.unrefTimer(this.#checkpointTimer);
+  }
+
+  /**
+   * Writes what each changed lease has used to its checkpoint
+   * (k.reservationUse): its finished requests' tokens plus its in-flight
+   * requests' reclaimTokens, and the requests it admitted. A reclaim after
+   * a crash bills exactly that, so a counter misses at most the last
+   * CHECKPOINT_MS of a key's traffic and never keeps a lease's unused
+   * capacity. Blind sets (a reclaim checks the lease's record, not this),
+   * up to MAX_SETTLE_MUTATIONS a commit: a busy key costs two sets a
+   * second, 1,000 of them ~16 commits. What fails is written next time.
+   */
+  async #checkpoint(): Promise<void> {
+    const leases = [...this.#dirty];
+    this.#dirty.clear();
+    const now = Date.now();
+    for (let i = 0; i < leases.length; i += MAX_SETTLE_MUTATIONS) {
+      const part = leases.slice(i, i + MAX_SETTLE_MUTATIONS);
+      let ok = false;
+      try {
+        const op = this.#store.kv.atomic();
+        for (const l of part) {
+          const use: ReservationUse = {
+            tokens: l.tokensUsed + l.reclaimHeld,
+            requests: l.admitted,
+          };
+          op.set(k.reservationUse(l.res.id), use, {
+            expireIn: Math.max(0, l.stored.deadline - now) + DAY,
+          });
+        }
+        ok = (await op.commit()).ok;
+      } catch { /* KV down: next time */ }
+      if (!ok) { for (const l of part) this.#changed(l); }
+    }
+  }
+
+  /**
+   * Closes every lease, giving nothing back: this instance was presumed
+   * dead and another reclaimed what it held (GatewayInstance `onLost`).
+   */
+  dropLeases(): void {
+    this.#closeLeases(null);
   }
 
   /** Closes the leases of `tenants` (all when null; successors too); returns those closed. */
@@ -1259,15 +1387,20 @@ export class Admitter {
       req.ttlMs;
     const id = newIdAt(deadline);
     const renewAt = RENEW_AT[0] + (RENEW_AT[1] - RENEW_AT[0]) * Math.random();
+    // Nothing used yet: its checkpoints (see #checkpoint) say what it uses.
     const stored: StoredReservation = {
       tenantId: req.plan.tenantId,
       keyId: req.plan.keyId,
+      owner: this.#owner,
       deadline,
       tokens,
-      reclaimTokens: tokens,
+      reclaimTokens: 0,
       units: n,
       tokenCounters,
       concCounters,
+      requests: n,
+      reclaimRequests: 0,
+      reqCounters,
     };
     op.set(k.reservation(id), stored, { expireIn: req.ttlMs + 7 * DAY });
     return new Lease({
@@ -1316,7 +1449,11 @@ export class Admitter {
           ok: false,
           reason: quota ? "quota" : "rate",
           rule: r,
-          retryAfterMs: r.kind === "concurrency" ? 1000 : cs[i]!.end - now,
+          // A slot frees when a request ends (any moment: 1 s), or when a
+          // gateway that stopped beating is reclaimed.
+          retryAfterMs: r.kind === "concurrency"
+            ? Math.max(1000, this.#reclaimDueMs())
+            : cs[i]!.end - now,
           view: viewOf(rules, cs, now),
         };
       }
@@ -1344,6 +1481,7 @@ export class Admitter {
     const stored: StoredReservation = {
       tenantId: req.plan.tenantId,
       keyId: req.plan.keyId,
+      owner: this.#owner,
       deadline,
       tokens: grant,
       reclaimTokens: Math.min(grant, req.reclaimTokens),
@@ -1376,11 +1514,13 @@ export class Admitter {
       l.inFlight--;
       if (l.hasTokens) {
         l.tokensHeld -= r.tokens;
+        l.reclaimHeld -= r.reclaimTokens ?? 0;
         l.tokensUsed += Math.max(
           0,
           Math.min(r.tokens, Math.ceil(actualTokens)),
         );
       }
+      this.#changed(l);
       if (l.closing && l.inFlight === 0) this.#settleLease(l);
       return Promise.resolve(true);
     }
@@ -1396,6 +1536,8 @@ export class Admitter {
   }
 
   #queueSettle(s: PendingSettle): void {
+    // Its settlement bills it exactly: no checkpoint needed any more.
+    if (s.lease) this.#dirty.delete(s.lease);
     this.#settles.push(s);
     this.#kickSettles(
       this.#settles.length >= this.#settleBatch() ? 0 : this.#settleDelayMs,
@@ -1414,7 +1556,12 @@ export class Admitter {
     this.#renewing.clear();
     await Promise.all(this.#renewCommits);
     this.#closeLeases(null);
-    return this.#flushSettles();
+    await this.#flushSettles();
+    await this.#checkpointing;
+    if (this.#dirty.size === 0) {
+      clearTimeout(this.#checkpointTimer);
+      this.#checkpointTimer = undefined;
+    }
   }
 
   async #flushSettles(): Promise<void> {
@@ -1431,17 +1578,20 @@ export class Admitter {
 
   /**
    * How many of the queued settlements the next commit takes: up to a
-   * batch, within MAX_SETTLE_MUTATIONS (a check and a delete each, and a
-   * sum per counter released: settlements of one tenant share theirs), at
-   * least one.
+   * batch, within MAX_SETTLE_MUTATIONS (a check and a delete each, a
+   * lease's checkpoint deleted, and a sum per counter released:
+   * settlements of one tenant share theirs), at least one.
    */
   #nextSettles(): number {
     const max = Math.min(this.#settleBatch(), this.#settles.length);
     const counters = new Set<string>();
+    let ops = 0;
     let n = 0;
     for (; n < max; n++) {
-      for (const [id] of this.#settles[n]!.releases) counters.add(id);
-      if (n > 0 && 2 * (n + 1) + counters.size > MAX_SETTLE_MUTATIONS) break;
+      const s = this.#settles[n]!;
+      for (const [id] of s.releases) counters.add(id);
+      ops += s.lease ? 3 : 2;
+      if (n > 0 && ops + counters.size > MAX_SETTLE_MUTATIONS) break;
     }
     return n;
   }
@@ -1499,6 +1649,7 @@ export class Admitter {
           s.id,
           s.versionstamp,
           s.releases,
+          s.lease !== undefined,
         );
         if (ok) this.#released(s.releases);
         s.resolve(ok);
@@ -1513,9 +1664,12 @@ export class Admitter {
     const op = this.#store.kv.atomic();
     const now = Date.now();
     const sums = new Map<string, { key: Deno.KvKey; n: number }>();
+    let mutations = 0;
     for (const s of batch) {
       const key = k.reservation(s.id);
+      mutations += s.lease ? 3 : 2;
       op.check({ key, versionstamp: s.versionstamp }).delete(key);
+      if (s.lease) op.delete(k.reservationUse(s.id));
       s.releases = live(s.releases, now);
       for (const [id, key, n] of s.releases) {
         const e = sums.get(id);
@@ -1526,7 +1680,7 @@ export class Admitter {
     for (const { key, n } of sums.values()) op.sum(key, BigInt(n));
     const tidied = this.#tidyInto(
       op,
-      MAX_SETTLE_MUTATIONS - 2 * batch.length - sums.size,
+      MAX_SETTLE_MUTATIONS - mutations - sums.size,
       now,
     );
     let ok = false;
@@ -1563,6 +1717,20 @@ export class Admitter {
       this.#store,
       now,
       limit,
+      (id, key, end) => this.#toTidy(end + TIDY_AFTER_MS, id, key),
+    );
+  }
+
+  /**
+   * Reclaims every reservation the gateway instances `owners` hold (see
+   * reclaimOwned), deleting the release counters it adds to after their
+   * window, as this process's own.
+   */
+  reclaimOwned(owners: ReadonlySet<string>, now = Date.now()): Promise<number> {
+    return reclaimOwned(
+      this.#store,
+      owners,
+      now,
       (id, key, end) => this.#toTidy(end + TIDY_AFTER_MS, id, key),
     );
   }
@@ -1711,31 +1879,40 @@ export function settle(
   );
 }
 
-/** Deletes a reservation record (if still held as seen) and adds its releases (into windows not ended: see live). */
+/**
+ * Deletes a reservation record (if still held as seen), and a lease's
+ * checkpoint, and adds its releases (into windows not ended: see live).
+ */
 async function settleOne(
   store: Store,
   id: string,
   versionstamp: string,
   rs: Release[],
+  lease = false,
 ): Promise<boolean> {
   const op = store.kv.atomic()
     .check({ key: k.reservation(id), versionstamp })
     .delete(k.reservation(id));
+  if (lease) op.delete(k.reservationUse(id));
   for (const [, key, n] of rs) op.sum(key, BigInt(n));
   return (await op.commit()).ok;
 }
 
+/** Learns each release counter a reclaim added to, and when its window ends. */
+type OnReleased = (id: string, key: Deno.KvKey, end: number) => void;
+
 /**
- * Settles every reservation whose deadline has passed (a crashed gateway's
- * holds), billing its `reclaimTokens`; returns how many were reclaimed.
- * `onReleased` learns each release counter added to whose window ends
- * (the Admitter deletes it after, as it does its own: see TIDY_AFTER_MS).
+ * Settles every reservation whose deadline has passed (the holds of a
+ * gateway that crashed or failed to settle); returns how many were
+ * reclaimed (see reclaimOne). `onReleased` learns each release counter
+ * added to whose window ends (the Admitter deletes it after, as it does
+ * its own: see TIDY_AFTER_MS).
  */
 export async function reclaimExpired(
   store: Store,
   now = Date.now(),
   limit = 500,
-  onReleased?: (id: string, key: Deno.KvKey, end: number) => void,
+  onReleased?: OnReleased,
 ): Promise<number> {
   let n = 0;
   const iter = store.kv.list<StoredReservation>({
@@ -1744,21 +1921,69 @@ export async function reclaimExpired(
   }, { limit });
   for await (const e of iter) {
     if (e.value.deadline > now) continue;
-    const v = e.value;
-    const unused = v.tokens - Math.min(v.tokens, v.reclaimTokens);
-    const rs: Release[] = [];
-    releaseTo(rs, v.tokenCounters, unused);
-    releaseTo(rs, v.concCounters, v.units ?? 1);
-    const op = store.kv.atomic().check(e).delete(e.key);
-    const added = live(rs, now);
-    for (const [, key, units] of added) op.sum(key, BigInt(units));
-    if (!(await op.commit()).ok) continue;
-    n++;
-    for (const [id, key, , end] of added) {
-      if (end !== Infinity) onReleased?.(id, key, end);
-    }
+    if (await reclaimOne(store, e, now, onReleased)) n++;
   }
   return n;
+}
+
+/**
+ * Settles every reservation held by the gateway instances `owners` (one
+ * restarted, or whose liveness lapsed: store/instances.ts), whatever its
+ * deadline; returns how many were reclaimed (see reclaimOne). Reads every
+ * reservation: it runs at start and when an instance lapses.
+ */
+export async function reclaimOwned(
+  store: Store,
+  owners: ReadonlySet<string>,
+  now = Date.now(),
+  onReleased?: OnReleased,
+): Promise<number> {
+  let n = 0;
+  if (owners.size === 0) return n;
+  const iter = store.kv.list<StoredReservation>({
+    prefix: k.reservationPrefix(),
+  });
+  for await (const e of iter) {
+    const owner = e.value.owner;
+    if (owner === undefined || !owners.has(owner)) continue;
+    if (await reclaimOne(store, e, now, onReleased)) n++;
+  }
+  return n;
+}
+
+/**
+ * Settles a reservation nobody else will: bills its `reclaimTokens` (a
+ * request's prompt estimate; a lease's checkpoint, see
+ * Admitter.#checkpoint) and gives back the rest of its tokens, all its
+ * slots and a lease's requests not admitted, into windows not ended.
+ * False when it was settled meanwhile.
+ */
+async function reclaimOne(
+  store: Store,
+  e: Deno.KvEntry<StoredReservation>,
+  now: number,
+  onReleased?: OnReleased,
+): Promise<boolean> {
+  const v = e.value;
+  const useKey = k.reservationUse(String(e.key[1]));
+  const lease = v.requests !== undefined;
+  const use = lease ? (await store.kv.get<ReservationUse>(useKey)).value : null;
+  const billed = Math.min(v.tokens, use?.tokens ?? v.reclaimTokens);
+  const requests = v.requests ?? 0;
+  const counted = Math.min(requests, use?.requests ?? v.reclaimRequests ?? 0);
+  const rs: Release[] = [];
+  releaseTo(rs, v.tokenCounters, v.tokens - billed);
+  releaseTo(rs, v.concCounters, v.units ?? 1);
+  releaseTo(rs, v.reqCounters ?? [], requests - counted);
+  const op = store.kv.atomic().check(e).delete(e.key);
+  if (lease) op.delete(useKey);
+  const added = live(rs, now);
+  for (const [, key, n] of added) op.sum(key, BigInt(n));
+  if (!(await op.commit()).ok) return false;
+  for (const [id, key, , end] of added) {
+    if (end !== Infinity) onReleased?.(id, key, end);
+  }
+  return true;
 }
 
 /** Reads a window's current usage, admitted minus released (tests and the portal). */
