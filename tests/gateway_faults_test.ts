@@ -27,6 +27,9 @@ Deno.test("a node killed before its first chunk is retried once on another node"
   const w = await createWorld({ script: { killAfter: 0 } });
   const good = scriptedUpstream({});
   w.fleet.add("node-b", good.url, MODELS);
+  // equal nodes are picked at random: make the first pick the failing one
+  const random = Math.random;
+  Math.random = () => 0.99;
   try {
     const s = await readSSE(await w.post("/v1/chat/completions", body));
     assert.equal(s.data.at(-1), "[DONE]");
@@ -34,6 +37,7 @@ Deno.test("a node killed before its first chunk is retried once on another node"
     assert.equal(good.requests.length, 1);
     assert.equal((await lastRecord(w)).nodeId, "node-b");
   } finally {
+    Math.random = random;
     await w.close();
     await good.close();
   }
@@ -46,6 +50,8 @@ for (const after of [1, 10]) {
     });
     const other = scriptedUpstream({});
     w.fleet.add("node-b", other.url, MODELS);
+    const random = Math.random;
+    Math.random = () => 0.99; // the first pick among equal nodes: the failing one
     try {
       const t0 = performance.now();
       const s = await readSSE(await w.post("/v1/chat/completions", body));
@@ -64,8 +70,10 @@ for (const after of [1, 10]) {
       const r = await lastRecord(w);
       assert.equal(r.outcome, "error");
       assert.equal(r.completionTokens, after);
+      assert.deepEqual(w.up.cancels, [], "a node that broke off has no work");
       assert.ok(r.promptTokens > 0);
     } finally {
+      Math.random = random;
       await w.close();
       await other.close();
     }
@@ -81,6 +89,9 @@ Deno.test("a stalled node hits the idle timeout and the client gets an error fra
     const s = await readSSE(await w.post("/v1/chat/completions", body));
     assert.equal(JSON.parse(s.data.at(-1)!).error.code, "timeout");
     assert.equal((await lastRecord(w)).completionTokens, 2);
+    // The node's request is closed, and it is told to stop by id.
+    assert.equal(w.up.aborted, 1);
+    assert.equal(w.up.cancels.length, 1);
   } finally {
     await w.close();
   }
