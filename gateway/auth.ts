@@ -2,9 +2,12 @@
  * API key authentication with a cache: a verified key, its tenant and its
  * precomputed limit plan are reused as long as the auth epoch
  * (store/auth_epoch.ts) has not changed. Every revocation, suspension and
- * limit change rewrites the epoch, so they take effect within `ttlMs`
- * (≤ 1 s) on every gateway instance, while a busy gateway reads KV for
- * authentication a few times a second instead of per request.
+ * limit change rewrites the epoch. A change made in this process (admin
+ * API, portal) empties the cache before the call that made it returns; one
+ * made by another gateway instance (remote KV) is seen through a KV watch
+ * when `watch()` runs, and in any case within `ttlMs` (≤ 1 s), while a busy
+ * gateway reads KV for authentication a few times a second instead of per
+ * request.
  *
  * The epoch is one read shared by all requests: re-read in the background
  * once it is half of `ttlMs` old (with a remote KV the read takes
@@ -19,7 +22,11 @@
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";
-import { readAuthEpoch } from "../store/auth_epoch.ts";
+import {
+  onAuthChange,
+  readAuthEpoch,
+  watchAuthEpoch,
+} from "../store/auth_epoch.ts";
 import { getTenantLimitsRaw, type Limits } from "../store/limits.ts";
 import { type LimitPlan, limitPlan } from "../store/quota.ts";
 import type { Scope } from "../store/schemas.ts";
@@ -69,6 +76,8 @@ export class KeyCache {
   #epoch: string | null | undefined = undefined;
   #epochAt = -Infinity;
   #epochCheck: Promise<void> | null = null;
+  readonly #unsubscribe: () => void;
+  #unwatch: (() => void) | null = null;
   readonly #map = new Map<string, Entry>();
   readonly #tenants = new Map<
     string,
@@ -83,6 +92,19 @@ export class KeyCache {
     this.#ttlMs = Math.min(opts.ttlMs ?? 500, 1000);
     this.#maxAgeMs = Math.max(opts.maxAgeMs ?? 300_000, this.#ttlMs);
     this.#max = opts.maxEntries ?? 50_000;
+    this.#unsubscribe = onAuthChange(store.kv, (e) => this.#changed(e));
+  }
+
+  /** Also follows the epoch through a KV watch (for changes made by other processes); idempotent. */
+  watch(): void {
+    this.#unwatch ??= watchAuthEpoch(this.#store.kv, (e) => this.#changed(e));
+  }
+
+  /** Stops following the epoch (this process's changes and the watch); idempotent. */
+  close(): void {
+    this.#unsubscribe();
+    this.#unwatch?.();
+    this.#unwatch = null;
   }
 
   /** Resolves a presented key to its context; throws OpenAIError 401/403 or (KV down) lets the error through. */
@@ -148,17 +170,20 @@ export class KeyCache {
     this.#epochCheck ??= (async () => {
       try {
         const started = Date.now();
-        const epoch = await readAuthEpoch(this.#store.kv);
-        if (epoch !== this.#epoch) {
-          this.clear();
-          this.#epoch = epoch;
-        }
+        this.#changed(await readAuthEpoch(this.#store.kv));
         this.#epochAt = started;
       } finally {
         this.#epochCheck = null;
       }
     })();
     return this.#epochCheck;
+  }
+
+  /** Takes an epoch read, committed or watched: a new one empties the caches. */
+  #changed(epoch: string | null): void {
+    if (epoch === this.#epoch) return;
+    this.clear();
+    this.#epoch = epoch;
   }
 
   /**

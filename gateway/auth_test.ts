@@ -121,3 +121,41 @@ Deno.test("KeyCache re-reads the auth epoch in the background once half ttlMs ol
   await assert.rejects(cache.authenticate(created.key), /revoked/);
   kv.close();
 });
+
+Deno.test("KeyCache drops its entries before revokeApiKey() returns, and (watching) when another process changes the epoch", async () => {
+  const { kv, store, created, cache } = await oneKey(1000, 60_000);
+  cache.watch();
+  try {
+    const other = await createApiKey(store, SYSTEM, created.apiKey.tenantId, {
+      name: "other",
+    });
+    await cache.authenticate(created.key);
+    await cache.authenticate(other.key);
+    // This process: refused as soon as the call returns.
+    await revokeApiKey(store, SYSTEM, created.apiKey.id);
+    await assert.rejects(cache.authenticate(created.key), /revoked/);
+    // Another gateway instance (remote KV) revokes the other key: no hook
+    // here, only the epoch it rewrites, seen through the watch long before
+    // the epoch's re-read (ttlMs/2 = 500 ms).
+    assert.equal((await cache.authenticate(other.key)).key.name, "other");
+    const id = other.apiKey.id;
+    const stored = (await kv.get<ApiKey>(k.apiKey(id))).value!;
+    const t0 = performance.now();
+    await kv.atomic()
+      .set(k.apiKey(id), { ...stored, revokedAt: new Date().toISOString() })
+      .set(k.authEpoch(), Date.now())
+      .commit();
+    for (;;) {
+      const refused = await cache.authenticate(other.key).then(
+        () => false,
+        (e) => /revoked/.test(String(e)),
+      );
+      if (refused) break;
+      assert.ok(performance.now() - t0 < 300, "the watch did not see it");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  } finally {
+    cache.close();
+    kv.close();
+  }
+});

@@ -4,7 +4,7 @@
  */
 import { checksum6, hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
 import { addAudit } from "./audit.ts";
-import { markAuthChange } from "./auth_epoch.ts";
+import { commitAuthChange } from "./auth_epoch.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -96,7 +96,7 @@ export async function createApiKey(
     revokedAt: null,
     createdAt: new Date().toISOString(),
   };
-  const op = markAuthChange(store.kv.atomic()).check(tenant)
+  const op = store.kv.atomic().check(tenant)
     .check({ key: k.apiKey(id), versionstamp: null })
     .set(k.apiKey(id), record)
     .set(k.tenantApiKey(tenantId, id), id);
@@ -106,7 +106,7 @@ export async function createApiKey(
     tenantId,
     after: view(record, null),
   });
-  if (!(await op.commit()).ok) {
+  if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The tenant changed meanwhile; try again");
   }
   return { key, apiKey: view(record, null) };
@@ -166,7 +166,7 @@ export async function revokeApiKey(
   requireTenantWrite(p, entry.value.tenantId, "API key");
   if (entry.value.revokedAt) return view(entry.value, null);
   const after = { ...entry.value, revokedAt: new Date().toISOString() };
-  const op = markAuthChange(store.kv.atomic()).check(entry).set(
+  const op = store.kv.atomic().check(entry).set(
     k.apiKey(id),
     after,
   );
@@ -177,7 +177,7 @@ export async function revokeApiKey(
     before: view(entry.value, null),
     after: view(after, null),
   });
-  if (!(await op.commit()).ok) {
+  if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The key changed meanwhile; try again");
   }
   return view(after, null);

@@ -1,6 +1,6 @@
 /** Limits per tenant (and, tighter, per key); enforcement lives in the gateway. */
 import { addAudit } from "./audit.ts";
-import { markAuthChange } from "./auth_epoch.ts";
+import { commitAuthChange } from "./auth_epoch.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import {
@@ -78,7 +78,7 @@ export async function setTenantLimits(
   const tenant = await store.kv.get(k.tenant(tenantId));
   if (!tenant.value) throw new NotFoundError("Tenant");
   const before = await store.kv.get<Limits>(k.tenantLimits(tenantId));
-  const op = markAuthChange(store.kv.atomic()).check(tenant).check(before)
+  const op = store.kv.atomic().check(tenant).check(before)
     .set(k.tenantLimits(tenantId), limits);
   addAudit(op, p, {
     action: "limits.set",
@@ -87,7 +87,7 @@ export async function setTenantLimits(
     before: before.value ?? UNLIMITED,
     after: limits,
   });
-  if (!(await op.commit()).ok) {
+  if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The limits changed meanwhile; try again");
   }
   return limits;

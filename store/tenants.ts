@@ -1,6 +1,6 @@
 /** Tenants: the client companies an operator serves. */
 import { addAudit } from "./audit.ts";
-import { markAuthChange } from "./auth_epoch.ts";
+import { commitAuthChange } from "./auth_epoch.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
@@ -164,7 +164,7 @@ export async function updateTenant(
     ...(patch.status !== undefined ? { status: patch.status } : {}),
     updatedAt: new Date().toISOString(),
   };
-  const op = markAuthChange(store.kv.atomic()).check(entry).set(
+  const op = store.kv.atomic().check(entry).set(
     k.tenant(id),
     after,
   );
@@ -182,7 +182,7 @@ export async function updateTenant(
     before,
     after,
   });
-  if (!(await op.commit()).ok) {
+  if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The tenant changed meanwhile; try again");
   }
   return after;
