@@ -126,8 +126,15 @@ if (import.meta.main) {
       })
     : null;
   const stop = async () => {
-    await localNode?.close();
+    // New connections are refused; requests in flight get the drain time,
+    // then the gateway ends them (and tells their nodes to stop).
+    const late = setTimeout(
+      () => orchard.gateway.stopCalls(),
+      config.drainTimeoutMs,
+    );
     await server.shutdown();
+    clearTimeout(late);
+    await localNode?.close();
     await orchard.close();
     kv.close();
     Deno.exit(0);

@@ -42,6 +42,8 @@ export interface ScriptedUpstream {
   requests: { path: string; body: Record<string, unknown> }[];
   /** Requests whose connection was aborted by the caller. */
   aborted: number;
+  /** Request ids the gateway cancelled (`DELETE /orchard/requests/{id}`). */
+  cancels: string[];
   script: Script;
   close(): Promise<void>;
 }
@@ -54,6 +56,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
     url: "",
     requests: [],
     aborted: 0,
+    cancels: [],
     script,
     close: async () => {},
   };
@@ -68,6 +71,10 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
     },
     async (req) => {
       const path = new URL(req.url).pathname;
+      if (req.method === "DELETE" && path.startsWith("/orchard/requests/")) {
+        up.cancels.push(decodeURIComponent(path.slice(18)));
+        return new Response(null, { status: 204 });
+      }
       const body = await req.json().catch(() => ({}));
       up.requests.push({ path, body });
       const s = up.script;

@@ -126,16 +126,19 @@ export class GatewayCore {
 
   /**
    * Registers this instance, reclaiming what its previous incarnation held,
-   * and starts its heartbeat (nothing without `instanceId`). Call before
-   * serving.
+   * and starts its heartbeat (nothing without `instanceId`); with a remote
+   * KV, watches the auth epoch so other instances' revocations apply at
+   * once. Call before serving.
    */
   async start(): Promise<void> {
     await this.instance?.start();
+    if (this.deps.config.kvUrl) this.keys.watch();
   }
 
   /** Waits until idle, then stops the heartbeat and deletes this instance's record. */
   async close(): Promise<void> {
     await this.idle();
+    this.keys.close();
     await this.instance?.close();
   }
 
@@ -147,6 +150,7 @@ export class GatewayCore {
     await this.admitter.flush();
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
     await this.usage.flush();
+    await this.upstream.idle();
     this.upstream.client.closeIdle();
   }
 

@@ -24,6 +24,11 @@ export interface Gateway {
   start(): Promise<void>;
   /** Idles, then stops this instance's heartbeat (see GatewayCore.close). */
   close(): Promise<void>;
+  /**
+   * Ends every node call in progress, telling each node to stop its work,
+   * and answers new ones 503: a graceful stop whose drain time is up.
+   */
+  stopCalls(): void;
 }
 
 type Env = { Variables: { requestId: string } };
@@ -135,6 +140,7 @@ export function createGateway(
     idle: () => core.idle(),
     start: () => core.start(),
     close: () => core.close(),
+    stopCalls: () => core.upstream.stop(),
   };
 }
 

@@ -8,7 +8,7 @@
 import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Exchange } from "./core.ts";
 import { UpstreamStreamError } from "./sse.ts";
-import type { UpstreamResult } from "./upstream.ts";
+import { stoppedCall, stoppingError, type UpstreamResult } from "./upstream.ts";
 
 type StreamCall = UpstreamResult & { kind: "stream" };
 
@@ -37,6 +37,7 @@ const ENC = new TextEncoder();
 /** Why a relay stopped early, as the client sees it. */
 function streamError(e: unknown, call: StreamCall): OpenAIError {
   if (e instanceof OpenAIError) return e;
+  if (stoppedCall(call)) return stoppingError();
   const reason = call.abort.signal.reason as DOMException | undefined;
   if (
     reason?.name === "TimeoutError" ||

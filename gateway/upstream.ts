@@ -3,6 +3,12 @@
  * first-byte and total timeouts, and retries ONCE on another node when
  * nothing has been sent to the client yet (connection refused or broken
  * before the first event, 503 before the first byte).
+ *
+ * A call that ends while the node is still working for it (no answer yet,
+ * or a stream not read to its end: a timeout, the client gone, `stop()`)
+ * closes its connection and also tells the node by id
+ * (`DELETE /orchard/requests/{requestId}`), since a node's server may not
+ * notice the close while it has not answered yet (node/in_flight.ts).
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import {
@@ -74,10 +80,36 @@ class Retryable extends Error {}
  */
 const CALL_ENDED = new DOMException("The node call ended", "AbortError");
 
+/** Why calls are aborted by `stop()`. */
+const STOPPING = new DOMException("The gateway is stopping", "AbortError");
+
+/** What a client gets for a call `stop()` ended or refused. */
+export function stoppingError(): OpenAIError {
+  return new OpenAIError(
+    503,
+    "service_unavailable",
+    "The gateway is restarting; retry the request",
+    { type: "server_error", headers: { "retry-after": "1" } },
+  );
+}
+
+/** Whether a call was ended by `Upstream.stop()`. */
+export function stoppedCall(call: UpstreamCall): boolean {
+  return call.abort.signal.reason === STOPPING;
+}
+
+/** How long a node may take to answer a cancellation. */
+const CANCEL_TIMEOUT_MS = 5000;
+
 /** Sends requests to nodes. */
 export class Upstream {
   /** Keep-alive connections to the nodes (see lib/http1_client.ts for why not fetch). */
   readonly client = new Http1Client();
+  /** Calls in progress (their abort controllers), for `stop()`. */
+  readonly #calls = new Set<AbortController>();
+  /** Cancellations sent to nodes and not yet answered. */
+  readonly #cancels = new Set<Promise<void>>();
+  #stopped = false;
 
   constructor(
     readonly fleet: Fleet,
@@ -96,11 +128,17 @@ export class Upstream {
   ): Promise<UpstreamResult> {
     let exclude: string | null = null;
     for (let attempt = 0;; attempt++) {
+      if (this.#stopped) throw stoppingError();
       const lease = await this.router.acquire(model, signal, exclude);
+      if (this.#stopped) {
+        lease.release();
+        throw stoppingError();
+      }
       try {
         return await this.#once(lease, path, body, stream, signal, requestId);
       } catch (e) {
         lease.release();
+        if (e instanceof Retryable && this.#stopped) throw stoppingError();
         if (e instanceof Retryable && attempt === 0 && !signal.aborted) {
           exclude = lease.node.id;
           if (this.fleet.candidates(model).some((n) => n.id !== exclude)) {
@@ -130,6 +168,18 @@ export class Upstream {
     const o = this.opts;
     const abort = new AbortController();
     const deadline = Date.now() + o.totalTimeoutMs;
+    // The node works for the call until it answers, and while a stream of
+    // it is neither read to its end nor broken off (`done`: it cannot be,
+    // or it answered whole).
+    let head: Http1Response | null = null;
+    let done = false;
+    this.#calls.add(abort);
+    abort.signal.addEventListener("abort", () => {
+      this.#calls.delete(abort);
+      if (!done && !head?.complete && !head?.brokeOff) {
+        this.#cancelOnNode(lease.node.id, requestId);
+      }
+    }, { once: true });
     const onClient = () =>
       abort.abort(new DOMException("The client went away", "AbortError"));
     if (signal.aborted) onClient();
@@ -160,17 +210,22 @@ export class Upstream {
         () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
       ).catch((e) => {
         if (signal.aborted) throw e;
+        if (abort.signal.reason === STOPPING) throw stoppingError();
+        done = !abort.signal.aborted; // refused or broken off: nothing runs
         throw new Retryable(
           e instanceof Error ? e.message : "connection failed",
         );
       });
+      head = res;
+      const ct = res.headers.get("content-type") ?? "";
+      done =
+        !(stream && res.status === 200 && ct.includes("text/event-stream"));
       if (res.status === 503) {
         res.cancel();
         throw new Retryable("the node is busy or unavailable");
       }
       if (res.status !== 200) throw await nodeError(res, o.maxEventBytes);
-      const ct = res.headers.get("content-type") ?? "";
-      if (stream && ct.includes("text/event-stream")) {
+      if (!done) {
         const reader = new SSEReader(res.body(), o.maxEventBytes);
         let first: string | null = null;
         try {
@@ -200,6 +255,41 @@ export class Upstream {
       closed = true;
       throw e;
     }
+  }
+
+  /**
+   * Ends every call in progress (each one's node is told to stop) and
+   * refuses new ones with 503: the end of a graceful stop's drain.
+   */
+  stop(): void {
+    this.#stopped = true;
+    for (const abort of [...this.#calls]) abort.abort(STOPPING);
+  }
+
+  /** Resolves once the cancellations sent to nodes have been answered (or timed out). */
+  async idle(): Promise<void> {
+    while (this.#cancels.size > 0) await Promise.allSettled([...this.#cancels]);
+  }
+
+  /** Tells a node to stop working for a call this gateway gave up (best effort). */
+  #cancelOnNode(nodeId: string, requestId: string): void {
+    const abort = new AbortController();
+    const timeout = after(CANCEL_TIMEOUT_MS, () => abort.abort(CALL_ENDED));
+    const p = (async () => {
+      const target = await this.fleet.nodeTarget(nodeId);
+      const res = await this.client.request(
+        target.url,
+        `/orchard/requests/${encodeURIComponent(requestId)}`,
+        { method: "DELETE", headers: target.headers, signal: abort.signal },
+      );
+      await res.text(4096);
+    })()
+      .catch(() => {}) // unreachable: its connection's close is all it gets
+      .finally(() => {
+        cancel(timeout);
+        this.#cancels.delete(p);
+      });
+    this.#cancels.add(p);
   }
 
   /** Sends the request to the node (the target's headers first: ours win). */

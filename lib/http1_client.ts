@@ -70,6 +70,8 @@ export class Http1Response {
   readonly #done: (reuse: boolean) => void;
   readonly #signal: AbortSignal | undefined;
   #finished = false;
+  #complete = false;
+  #brokeOff = false;
   #used = false;
 
   constructor(
@@ -96,6 +98,16 @@ export class Http1Response {
     return this.#finished;
   }
 
+  /** Whether the body was read to its end (not cancelled, not broken off). */
+  get complete(): boolean {
+    return this.#complete;
+  }
+
+  /** Whether reading the body failed (the connection closed or the framing was wrong), not by abort or `cancel()`. */
+  get brokeOff(): boolean {
+    return this.#brokeOff;
+  }
+
   /** The whole body as text; rejects with Http1Error "too_large" past `max` bytes. */
   async text(max = Infinity): Promise<string> {
     this.#take();
@@ -114,7 +126,7 @@ export class Http1Response {
       }
       return decoder.decode(concat(parts, size));
     } catch (e) {
-      this.cancel();
+      this.#fail();
       throw this.#why(e);
     }
   }
@@ -129,7 +141,7 @@ export class Http1Response {
           if (part === null) ctl.close();
           else ctl.enqueue(part);
         } catch (e) {
-          this.cancel();
+          this.#fail();
           ctl.error(this.#why(e));
         }
       },
@@ -143,6 +155,11 @@ export class Http1Response {
     this.#finish(false);
   }
 
+  #fail(): void {
+    if (!this.#finished && !this.#signal?.aborted) this.#brokeOff = true;
+    this.cancel();
+  }
+
   #take(): void {
     if (this.#used) throw new TypeError("Cannot read a response body twice");
     this.#used = true;
@@ -151,6 +168,7 @@ export class Http1Response {
   #finish(complete: boolean): void {
     if (this.#finished) return;
     this.#finished = true;
+    this.#complete = complete;
     this.#done(complete && this.#reusable);
   }
 

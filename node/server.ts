@@ -1,14 +1,17 @@
 /**
  * The node's own HTTP API, answering only its gateway: OpenAI-compatible
  * `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
- * `/v1/embeddings`, plus `/health` and the gateway-driven link test.
- * Tracks requests in progress so a drain can report when it is done.
+ * `/v1/embeddings`, plus `/health`, the gateway-driven link test and
+ * `DELETE /orchard/requests/{id}` (the gateway cancelling a call it gave
+ * up). Tracks requests in progress so a drain can report when it is done,
+ * and so each one's engine work stops when nobody wants it (in_flight.ts).
  */
 import { Hono } from "hono";
 import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
 import { log } from "../lib/log.ts";
 import { type GatewayVerifier, requireGateway } from "./auth.ts";
 import type { Engine, OpenAIBody } from "./engine.ts";
+import { InFlight } from "./in_flight.ts";
 
 /** Drain bookkeeping shared by the server and the heartbeat. */
 export class DrainState {
@@ -108,8 +111,15 @@ async function readBody(req: Request, max: number): Promise<OpenAIBody> {
   return v as OpenAIBody;
 }
 
-/** Ends `done` when the response body has been sent or cancelled. */
-function track(res: Response, done: () => void): Response {
+/**
+ * Calls `done` when the response body has been sent or cancelled, and
+ * `cancelled` first when it was cancelled (its reader went away).
+ */
+function track(
+  res: Response,
+  done: () => void,
+  cancelled: () => void,
+): Response {
   if (!res.body) {
     done();
     return res;
@@ -129,6 +139,7 @@ function track(res: Response, done: () => void): Response {
       }
     },
     async cancel(reason) {
+      cancelled();
       done();
       await reader.cancel(reason);
     },
@@ -140,6 +151,7 @@ function track(res: Response, done: () => void): Response {
 export function createNodeApp(deps: NodeServerDeps): Hono {
   const { engine, drain } = deps;
   const max = deps.maxBodyBytes ?? 4 * 1024 * 1024;
+  const inFlight = new InFlight();
   const app = new Hono();
   app.use("*", requireGateway(deps.verifier));
 
@@ -170,10 +182,19 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
           headers: { "retry-after": "5" },
         });
       }
-      const done = drain.begin();
+      const id = c.req.raw.headers.get("x-request-id");
+      const req = inFlight.begin(
+        id && id.length <= 128 ? id : null,
+        c.req.raw.signal,
+      );
+      const drained = drain.begin();
+      const done = () => {
+        req.end();
+        drained();
+      };
       try {
         const body = await readBody(c.req.raw, max);
-        return track(await call(body, c.req.raw.signal), done);
+        return track(await call(body, req.signal), done, () => req.cancel());
       } catch (err) {
         done();
         throw err;
@@ -185,6 +206,14 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
   );
   app.post("/v1/completions", work((b, s) => engine.completions(b, s)));
   app.post("/v1/embeddings", work((b, s) => engine.embeddings(b, s)));
+  // The gateway gave up on a call (timeout, client gone, its own stop).
+  app.delete(
+    "/orchard/requests/:id",
+    (c) =>
+      inFlight.cancel(c.req.param("id"))
+        ? c.body(null, 204)
+        : openAIErrorResponse(404, "not_found", "No such request in progress"),
+  );
 
   app.post("/orchard/linktest/:step{listen|connect}", async (c) => {
     if (!deps.linktest) {

@@ -139,8 +139,10 @@ export interface FakeUpstream {
   requests: Record<string, unknown>[];
   /** Resolves the next `hold` request (see below). */
   release(): void;
-  /** Resolves when a `hold` request has started streaming. */
+  /** Resolves when a `hold` request has started streaming (or a `hold-head` one arrived). */
   held: Promise<void>;
+  /** `hold` and `hold-head` requests open: started, not yet answered or closed by the caller. */
+  holding: number;
   close(): Promise<void>;
 }
 
@@ -151,7 +153,8 @@ const enc = new TextEncoder();
  * (`ghost-model`, which answers 404 with an integer error code), labels
  * stream chunks `chat.completion`, attaches usage to the last content chunk,
  * and gives no usage at all on legacy completions. A chat message "hold"
- * streams one chunk and waits for `release()`; a chat whose first message
+ * streams one chunk and waits for `release()`, "hold-head" waits for it
+ * before answering anything (a long prefill); a chat whose first message
  * names a scripted quirk (tests/fixtures/upstream_quirks.ts: "exo-v1",
  * "mlx-2025", …) gets that server's answer.
  */
@@ -161,6 +164,17 @@ export function startFakeUpstream(): FakeUpstream {
   let heldStarted = () => {};
   const held = new Promise<void>((r) => heldStarted = r);
   const gate = new Promise<void>((r) => releaseHold = r);
+  /** Counts a held request open; the returned function marks it ended (false if it already was). */
+  const holding = () => {
+    fake.holding++;
+    let open = true;
+    return () => {
+      if (!open) return false;
+      open = false;
+      fake.holding--;
+      return true;
+    };
+  };
   const server = Deno.serve(
     { port: 0, hostname: "127.0.0.1", onListen: () => {} },
     async (req) => {
@@ -217,6 +231,13 @@ export function startFakeUpstream(): FakeUpstream {
         return sse([...frames, "[DONE]"]);
       }
       const hold = body.messages?.[0]?.content === "hold";
+      if (body.messages?.[0]?.content === "hold-head") {
+        const ended = holding();
+        req.signal.addEventListener("abort", () => ended());
+        heldStarted();
+        await gate;
+        if (!ended()) return new Response(null, { status: 499 });
+      }
       if (path === "/v1/completions") {
         const chunks = ["Hello", " world"].map((t, i) => ({
           id: "cmpl-1",
@@ -255,30 +276,35 @@ export function startFakeUpstream(): FakeUpstream {
         usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
       });
       if (!hold) return sse([chunk("Hi"), last, "[DONE]"]);
+      const ended = holding();
       return new Response(
         new ReadableStream({
           async start(ctl) {
             ctl.enqueue(enc.encode(`data: ${chunk("Hi")}\n\n`));
             heldStarted();
             await gate;
+            if (!ended()) return;
             ctl.enqueue(enc.encode(`data: ${last}\n\ndata: [DONE]\n\n`));
             ctl.close();
           },
+          cancel: () => void ended(),
         }),
         { headers: { "content-type": "text/event-stream" } },
       );
     },
   );
-  return {
+  const fake: FakeUpstream = {
     url: `http://127.0.0.1:${server.addr.port}`,
     requests,
     release: () => releaseHold(),
     held,
+    holding: 0,
     close: async () => {
       releaseHold();
       await server.shutdown();
     },
   };
+  return fake;
 }
 
 function sse(items: string[]): Response {

@@ -1,6 +1,7 @@
 /** Shared set-up for tests: a real app over an in-memory KV. */
 import { testConfig } from "../config.ts";
 import type { Config } from "../config.ts";
+import type { GatewayOptions } from "../gateway/mod.ts";
 import type { IslandManifest } from "../lib/islands_build.ts";
 import { log } from "../lib/log.ts";
 import { createOrchard } from "../orchard.ts";
@@ -44,6 +45,8 @@ export async function createWorld(
     extras?: OrchardExtras;
     islands?: IslandManifest;
     config?: Partial<Config>;
+    gateway?: GatewayOptions;
+    fleetRefreshMs?: number;
   } = {},
 ): Promise<TestWorld> {
   const kv = await Deno.openKv(":memory:");
@@ -53,6 +56,8 @@ export async function createWorld(
     store,
     config,
     islands: opts.islands ?? TEST_ISLANDS,
+    gateway: opts.gateway,
+    fleetRefreshMs: opts.fleetRefreshMs,
     portalParts: opts.extras?.portalParts,
     adminParts: opts.extras?.adminParts,
   });

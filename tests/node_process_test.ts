@@ -1,31 +1,6 @@
 import assert from "node:assert/strict";
 import { joinToken, startFakeUpstream, startGateway, until } from "./_fleet.ts";
-
-/** Starts `node/main.ts` as a real process; resolves with its first stdout line. */
-async function spawnNode(args: string[], env: Record<string, string>) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "node/main.ts", ...args],
-    env: { ...env, ORCHARD_LOG_LEVEL: "error" },
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    out += value;
-  }
-  reader.releaseLock();
-  return { child, line: out.trim() };
-}
-
-async function stop(child: Deno.ChildProcess) {
-  child.kill("SIGTERM");
-  await child.status;
-  await child.stdout.cancel().catch(() => {});
-  await child.stderr.cancel().catch(() => {});
-}
+import { spawnNode, stopNode } from "./fixtures/node_process.ts";
 
 Deno.test("deno task node enrolls from flags and env, and restarts with its identity and no token", async () => {
   const gw = await startGateway();
@@ -60,11 +35,11 @@ Deno.test("deno task node enrolls from flags and env, and restarts with its iden
       await gw.fleet.refresh();
       return gw.fleet.candidates("tiny-chat")[0]?.id === nodeId;
     }, 5000);
-    await stop(first.child);
+    await stopNode(first.child);
 
     const second = await spawnNode(["--gateway", gw.url, "--port", "0"], env);
     assert.match(second.line, new RegExp(`^Orchard node ${nodeId} serving at`));
-    await stop(second.child);
+    await stopNode(second.child);
 
     const refused = await spawnNode(["--gateway", "http://127.0.0.1:9"], {
       ...env,
@@ -137,7 +112,7 @@ Deno.test("deno task node --engine llama serves a GGUF from --models through the
       assert.equal(direct.status, 401); // nobody on the LAN can use it directly
       await direct.body?.cancel();
     } finally {
-      await stop(node.child);
+      await stopNode(node.child);
     }
   } finally {
     await gw.close();

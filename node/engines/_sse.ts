@@ -1,10 +1,13 @@
 /** Server-sent events: reading `data:` payloads from a byte stream. */
 
-/** Yields the data of each event (multi-line data joined by "\n"); comments are skipped. */
+/**
+ * Yields the data of each event (multi-line data joined by "\n"); comments
+ * are skipped. Given a reader, its owner can cancel it mid-read.
+ */
 export async function* sseData(
-  body: ReadableStream<Uint8Array>,
+  body: ReadableStream<Uint8Array> | ReadableStreamDefaultReader<Uint8Array>,
 ): AsyncGenerator<string> {
-  const reader = body.getReader();
+  const reader = body instanceof ReadableStream ? body.getReader() : body;
   const decoder = new TextDecoder();
   let buf = "";
   let data: string[] = [];

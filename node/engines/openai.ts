@@ -225,7 +225,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
           if (usage) meter.add(usage.completion_tokens - counted);
           done();
         },
-      });
+      }, signal); // aborted: the upstream request closes as its slot is freed
       return new Response(sse, {
         headers: {
           "content-type": "text/event-stream",
