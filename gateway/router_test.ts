@@ -1,33 +1,17 @@
 import assert from "node:assert/strict";
-import type { Fleet, NodeView } from "../fleet/types.ts";
+import { StaticFleet } from "./_testing.ts";
 import { NodeRouter } from "./router.ts";
 
-function node(id: string, slots = 4): NodeView {
-  return {
-    id,
-    name: id,
-    url: `http://${id}`,
-    engine: "openai",
-    state: "healthy",
-    models: [{ id: "m", loaded: true, kind: "chat" }],
-    stats: {
-      inFlight: 0,
-      queued: 0,
-      slots,
-      tokensPerSecond: 0,
-      healthy: true,
-    },
-    lastHeartbeatAt: null,
-    enrolledAt: new Date(0).toISOString(),
-  };
-}
+const MODEL = [{ id: "m", loaded: true, kind: "chat" as const }];
 
-function fleetOf(nodes: NodeView[]): Fleet {
-  return { candidates: () => nodes } as unknown as Fleet;
+function fleetOf(nodes: [id: string, slots: number][]): StaticFleet {
+  const fleet = new StaticFleet();
+  for (const [id, slots] of nodes) fleet.add(id, `http://${id}`, MODEL, slots);
+  return fleet;
 }
 
 Deno.test("NodeRouter.acquire() spreads sequential requests over equal nodes", async () => {
-  const router = new NodeRouter(fleetOf([node("a"), node("b")]));
+  const router = new NodeRouter(fleetOf([["a", 4], ["b", 4]]));
   const counts: Record<string, number> = { a: 0, b: 0 };
   for (let i = 0; i < 100; i++) {
     const slot = await router.acquire("m", new AbortController().signal);
@@ -38,7 +22,7 @@ Deno.test("NodeRouter.acquire() spreads sequential requests over equal nodes", a
 });
 
 Deno.test("NodeRouter.acquire() prefers the node with the lower share of its slots in use", async () => {
-  const router = new NodeRouter(fleetOf([node("small", 1), node("big", 8)]));
+  const router = new NodeRouter(fleetOf([["small", 1], ["big", 8]]));
   const signal = new AbortController().signal;
   const held: Awaited<ReturnType<NodeRouter["acquire"]>>[] = [];
   for (let i = 0; i < 8; i++) held.push(await router.acquire("m", signal));
