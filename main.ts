@@ -94,7 +94,13 @@ if (import.meta.main) {
     store,
     config,
     islands,
-    gateway: { instanceId },
+    gateway: {
+      instanceId,
+      // Usage survives a kill: journaled in the data directory, replayed at start.
+      usageJournalDir: config.dataDir === ":memory:"
+        ? undefined
+        : `${config.dataDir.replace(/\/+$/, "")}/usage-journal`,
+    },
   });
   await orchard.gateway.start();
   const app = orchard.app;
@@ -110,8 +116,10 @@ if (import.meta.main) {
       }
     },
   }, app.fetch);
+  // The stop handlers are in place before the local node starts: a SIGTERM
+  // while it starts still drains and writes what the gateway holds.
   const localNode = config.localNode
-    ? await startLocalNode(
+    ? startLocalNode(
       store,
       config.port === 0 ? server.addr.port : config.port,
       config.dataDir,
@@ -125,7 +133,10 @@ if (import.meta.main) {
         return null;
       })
     : null;
+  let stopping = false;
   const stop = async () => {
+    if (stopping) return;
+    stopping = true;
     // New connections are refused; requests in flight get the drain time,
     // then the gateway ends them (and tells their nodes to stop).
     const late = setTimeout(
@@ -134,7 +145,7 @@ if (import.meta.main) {
     );
     await server.shutdown();
     clearTimeout(late);
-    await localNode?.close();
+    await (await localNode)?.close();
     await orchard.close();
     kv.close();
     Deno.exit(0);

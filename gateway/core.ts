@@ -15,6 +15,7 @@ import {
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
+import { k } from "../store/kv_keys.ts";
 import type { UsageRecord } from "../store/usage.ts";
 import {
   type AuthContext,
@@ -50,6 +51,13 @@ export interface GatewayOptions {
    * reclaimed in seconds. Without one, only after its deadline.
    */
   instanceId?: string;
+  /**
+   * Where usage records are journaled before they reach KV
+   * (store/usage_journal.ts; main.ts: `<data dir>/usage-journal`); `start()`
+   * replays what stopped gateways left there. Without one, a crash loses
+   * the records still waiting to be written.
+   */
+  usageJournalDir?: string;
 }
 
 /** Everything the handlers share. */
@@ -67,6 +75,7 @@ export class GatewayCore {
   /** Liveness and reclaiming (null without `instanceId`). */
   readonly instance: GatewayInstance | null;
   readonly #pending = new Set<Promise<unknown>>();
+  readonly #journalDir: string | null;
 
   constructor(
     readonly deps: AppDeps & { fleet: Fleet },
@@ -84,6 +93,12 @@ export class GatewayCore {
     this.instance = opts.instanceId
       ? new GatewayInstance(deps.store, opts.instanceId, {
         reclaim: async (owners) => {
+          if (this.#journalDir) {
+            await this.usage.replayJournals(
+              this.#journalDir,
+              (i) => owners.has(i),
+            ).catch((e) => this.#replayFailed(e));
+          }
           const n = await this.admitter.reclaimOwned(owners);
           if (n > 0) {
             this.log.log("info", "reclaimed what stopped gateways held", {
@@ -108,6 +123,7 @@ export class GatewayCore {
     this.usage = new UsageWriter(deps.store, this.log, {
       reclaim: () => this.admitter.reclaimExpired(),
     });
+    this.#journalDir = opts.usageJournalDir ?? null;
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
@@ -116,6 +132,17 @@ export class GatewayCore {
 
   get fleet(): Fleet {
     return this.deps.fleet;
+  }
+
+  /** A journal that could not be replayed stays for the next try (start or lapse). */
+  #replayFailed(e: unknown): void {
+    this.log.log(
+      "warn",
+      "the usage journal of a stopped gateway was not replayed",
+      {
+        error: String(e),
+      },
+    );
   }
 
   /** Tracks background work so `close()` can wait for it. */
@@ -131,6 +158,20 @@ export class GatewayCore {
    * once. Call before serving.
    */
   async start(): Promise<void> {
+    const dir = this.#journalDir;
+    if (dir) {
+      // Journals of this instance's earlier incarnations, and of other
+      // instances that have no liveness record (those that do are replayed
+      // when their record lapses: see `reclaim`).
+      const kv = this.deps.store.kv;
+      const self = this.instance?.id ?? null;
+      await this.usage.replayJournals(dir, async (i) =>
+        i === self ||
+        (await kv.get(k.gatewayInstance(i))).value === null).catch((e) =>
+          this.#replayFailed(e)
+        );
+      await this.usage.startJournal(dir, self ?? newId());
+    }
     await this.instance?.start();
     if (this.deps.config.kvUrl) this.keys.watch();
   }
@@ -138,6 +179,7 @@ export class GatewayCore {
   /** Waits until idle, then stops the heartbeat and deletes this instance's record. */
   async close(): Promise<void> {
     await this.idle();
+    await this.usage.close();
     this.keys.close();
     await this.instance?.close();
   }

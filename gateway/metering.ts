@@ -15,17 +15,22 @@
  * reservations of crashed gateways are reclaimed every `reclaimEveryMs`.
  * `flush()` writes everything at once.
  *
- * What a crash loses: the records and rollups of the last `rollupMs`, or
- * up to MAX_WAIT_MS more while writes are over budget (limits and quotas
- * are unaffected: they are settled in KV by the admitter).
+ * What a crash loses: with a journal (`startJournal`), the records of the
+ * last 100 ms at most (kill -9; a power cut: the last second); the next
+ * gateway on the data directory replays the rest (`replayJournals`).
+ * Without one, the records and rollups of the last `rollupMs`, or up to
+ * MAX_WAIT_MS more while writes are over budget. Limits and quotas are
+ * settled in KV by the admitter either way.
  */
 import { reclaimExpired } from "../store/quota.ts";
 import type { Store } from "../store/store.ts";
+import type { UsageRecord } from "../store/usage.ts";
+import { rollupsOf, UsageRollups } from "../store/usage_rollups.ts";
 import {
-  rollupsOf,
-  type UsageRecord,
-  type UsageRollups,
-} from "../store/usage.ts";
+  journalDirs,
+  readJournal,
+  UsageJournal,
+} from "../store/usage_journal.ts";
 import type { Logger } from "./logger.ts";
 
 /** Tunables of a UsageWriter. */
@@ -73,11 +78,16 @@ export class UsageWriter {
    * once).
    */
   #writeAt = 0;
+  /** Values written past the ticks' shares so far (later ticks write that much less). */
+  #overdrawn = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   /** When the armed timer fires (epoch ms). */
   #timerDue = 0;
   /** Records dropped because too many were waiting (KV failing for long). */
   dropped = 0;
+  #journal: UsageJournal | null = null;
+  /** Replays run one at a time (at start, and when instances lapse). */
+  #replaying: Promise<unknown> = Promise.resolve();
 
   constructor(store: Store, log: Logger, opts: UsageWriterOptions = {}) {
     this.#store = store;
@@ -89,6 +99,64 @@ export class UsageWriter {
     this.#maxWritesPerSecond = opts.maxWritesPerSecond ?? 250;
     this.#reclaim = opts.reclaim ?? (() => reclaimExpired(store));
     this.#tickMs = Math.min(1000, this.#rollupMs / 4);
+  }
+
+  /**
+   * Journals every record added from now on, under
+   * `<root>/<instance>/<writer>`, deleting what is in KV as it goes.
+   */
+  async startJournal(root: string, instance: string): Promise<void> {
+    if (this.#journal) return;
+    this.#journal = await UsageJournal.open(
+      `${root}/${instance}/${this.#acc.writer}`,
+    );
+    this.#acc.attachJournal(this.#journal);
+  }
+
+  /**
+   * Replays the journals under `root` that gateways left behind, of the
+   * instances `dead` says are (this writer's own is never touched), and
+   * deletes them; resolves with how many records were missing from KV.
+   * One replay runs at a time.
+   */
+  replayJournals(
+    root: string,
+    dead: (instance: string) => boolean | Promise<boolean>,
+  ): Promise<number> {
+    const run = this.#replaying.then(async () => {
+      let missing = 0;
+      for (const j of await journalDirs(root)) {
+        if (j.dir === this.#journal?.dir || !(await dead(j.instance))) continue;
+        const { entries, skipped } = await readJournal(j.dir);
+        const n = await UsageRollups.replay(this.#store, j.writer, entries);
+        await Deno.remove(j.dir, { recursive: true });
+        await removeIfEmpty(`${root}/${j.instance}`);
+        missing += n;
+        this.#log.log(
+          "info",
+          "replayed the usage journal of a stopped gateway",
+          {
+            instance: j.instance,
+            records: entries.length,
+            missing: n,
+            ...(skipped > 0 ? { unreadableLines: skipped } : {}),
+          },
+        );
+      }
+      return missing;
+    });
+    this.#replaying = run.catch(() => {});
+    return run;
+  }
+
+  /** Writes everything waiting, then closes the journal (deleted if all of it is in KV). */
+  async close(): Promise<void> {
+    await this.flush();
+    await this.#replaying;
+    const journal = this.#journal;
+    if (!journal) return;
+    await journal.close(this.#acc.writtenUpTo());
+    await removeIfEmpty(journal.dir.slice(0, journal.dir.lastIndexOf("/")));
   }
 
   /** Folds a record into the rollups and keeps it to be written; returns at once. */
@@ -148,17 +216,25 @@ export class UsageWriter {
       this.#writeAt = now + this.#tickMs;
       // A share a tick; more when so many wait that some would wait longer
       // than MAX_WAIT_MS.
-      const max = all ? Infinity : Math.ceil(
+      // A tenant's batch is written whole: what a tick wrote over its
+      // share comes off the next ones'.
+      const share = all ? Infinity : Math.ceil(
         Math.max(
           this.#maxWritesPerSecond * this.#tickMs / 1000,
-          this.#acc.pending * this.#tickMs / MAX_WAIT_MS,
+          this.#acc.waitingValues * this.#tickMs / MAX_WAIT_MS,
         ),
       );
-      await this.#acc.writeDue(this.#store, dueBy, max).catch((e) => {
-        failed = true; // what was due stays waiting: written next time
-        this.#writeAt = now + this.#rollupMs / 2;
-        this.#log.log("warn", "usage write failed", { error: String(e) });
-      });
+      const max = share - this.#overdrawn;
+      this.#overdrawn = Math.max(0, -max);
+      if (max > 0) {
+        await this.#acc.writeDue(this.#store, dueBy, max).then((n) => {
+          this.#overdrawn = all ? 0 : Math.max(0, n - max);
+        }, (e) => {
+          failed = true; // what was due stays waiting: written next time
+          this.#writeAt = now + this.#rollupMs / 2;
+          this.#log.log("warn", "usage write failed", { error: String(e) });
+        });
+      }
     }
     if (now - this.#lastReclaim >= this.#reclaimEveryMs) {
       this.#lastReclaim = now;
@@ -169,4 +245,9 @@ export class UsageWriter {
     }
     return failed;
   }
+}
+
+/** Removes a directory if it is empty (journals of an instance all replayed). */
+async function removeIfEmpty(dir: string): Promise<void> {
+  await Deno.remove(dir).catch(() => {});
 }

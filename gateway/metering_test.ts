@@ -1,6 +1,7 @@
 import * as assert from "node:assert/strict";
 import { createStore, type Store } from "../store/store.ts";
-import { listUsageRecords, rollupsOf, usageTotals } from "../store/usage.ts";
+import { listUsageRecords, usageTotals } from "../store/usage.ts";
+import { rollupsOf } from "../store/usage_rollups.ts";
 import { usageRecord } from "../store/_usage_testing.ts";
 import { silentLogger } from "./logger.ts";
 import { UsageWriter } from "./metering.ts";

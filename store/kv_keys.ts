@@ -85,6 +85,9 @@ export const k = {
   usageRecord: (tenantId: string, id: string) =>
     ["usage", tenantId, id] as const,
   usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
+  /** Up to which of a writer's records (sequence number) the tenant's are in KV (store/usage_rollups.ts). */
+  usageMark: (tenantId: string, writer: string) =>
+    ["usage_mark", tenantId, writer] as const,
   /** A rollup group's totals written by one writer (`shard`; store/usage.ts). */
   usageRollup: (
     granularity: "hour" | "day",

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { k } from "./kv_keys.ts";
 import { createStore } from "./store.ts";
 import { usageRecord } from "./_usage_testing.ts";
-import { type UsageRecord, UsageRollups } from "./usage.ts";
+import type { UsageRecord } from "./usage.ts";
+import { UsageRollups } from "./usage_rollups.ts";
 import {
   monthOf,
   nodeBusyMonth,

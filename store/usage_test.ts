@@ -5,11 +5,10 @@ import {
   bucketOf,
   listUsageRecords,
   percentile,
-  UsageRollups,
   usageSeries,
   usageTotals,
-  writeUsage,
 } from "./usage.ts";
+import { UsageRollups, writeUsage } from "./usage_rollups.ts";
 import { k } from "./kv_keys.ts";
 import { nodeBusyMonth, tenantMonthTotals } from "./usage_month.ts";
 
@@ -229,18 +228,25 @@ async function tenantShards(kv: Deno.Kv, tenantId: string): Promise<number> {
   return n;
 }
 
-Deno.test("rollups needing several commits, written again after a later one failed, count each record once", async () => {
+Deno.test("a write failing part way leaves whole tenants waiting: each tenant's records and totals land together or not at all, and the retry writes each once", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
-  // 200 tenants: 3 commits of records (96 each at most), then ~2,600
-  // rollup sets (50 a commit), so the first rollup commit lands before the
-  // second fails.
-  const batch = oneEach(200);
+  // 200 tenants, ~4 a commit (records, mark and own groups each): the
+  // 5th commit fails.
   failCommit(kv, 5);
-  await assert.rejects(acc.write(store, batch), /KV went away/);
-  assert.equal(acc.waitingRecords, 0, "the records landed");
-  assert.ok(acc.pending > 0, "the groups not known written stay pending");
+  await assert.rejects(acc.write(store, oneEach(200)), /KV went away/);
+  let landed = 0;
+  for (let i = 0; i < 200; i++) {
+    const records = (await listUsageRecords(store, `t${i}`)).items.length;
+    const totals = await usageTotals(store, { ...HOURS, tenantId: `t${i}` });
+    const month = await tenantMonthTotals(store, "2026-11");
+    const billed = month.find((m) => m.tenantId === `t${i}`)?.requests ?? 0;
+    assert.deepEqual([totals.requests, billed], [records, records], `t${i}`);
+    landed += records;
+  }
+  assert.ok(landed > 0 && landed < 200, `${landed} landed before the failure`);
+  assert.equal(acc.waitingRecords, 200 - landed);
   await acc.writeDue(store);
   assert.equal(acc.pending, 0);
   let requests = 0;
@@ -248,6 +254,7 @@ Deno.test("rollups needing several commits, written again after a later one fail
     requests += (await usageTotals(store, { ...HOURS, tenantId: `t${i}` }))
       .requests;
     assert.equal(await tenantShards(kv, `t${i}`), 1, "the retry reuses shards");
+    assert.equal((await listUsageRecords(store, `t${i}`)).items.length, 1);
   }
   assert.equal(requests, 200);
   assert.equal((await usageTotals(store, HOURS)).requests, 200);
@@ -279,28 +286,29 @@ Deno.test("UsageRollups writes groups and records that came together over the se
   kv.close();
 });
 
-Deno.test("writeDue() writes at most `max` values, those waiting longest first", async () => {
+Deno.test("writeDue() writes about `max` values, whole tenants waiting longest first, then shared groups", async () => {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const acc = new UsageRollups();
   acc.add([rec({ tenantId: "t0" })]);
-  const first = acc.pending; // t0's records and its groups
-  acc.add(oneEach(3).slice(1)); // t1, t2: new records and groups, some shared
-  const all = acc.pending;
+  acc.add(oneEach(3).slice(1)); // t1, t2
   const tenant = async (t: string) =>
     (await usageTotals(store, { ...HOURS, tenantId: t })).requests;
-  // Records first, oldest first.
-  await acc.writeDue(store, Infinity, 1);
-  assert.equal(acc.waitingRecords, 2, "t0's records went first");
-  assert.equal((await listUsageRecords(store, "t0")).items.length, 1);
-  assert.equal((await listUsageRecords(store, "t1")).items.length, 0);
-  await acc.writeDue(store, Infinity, 2);
+  const records = async (t: string) =>
+    (await listUsageRecords(store, t)).items.length;
+  // t0's batch whole (its record, mark and own groups), though max is 1.
+  const n = await acc.writeDue(store, Infinity, 1);
+  assert.equal(
+    n,
+    11,
+    "record value, mark, 6 hour and day groups, 3 month groups",
+  );
+  assert.equal(acc.waitingRecords, 2);
+  assert.deepEqual([await records("t0"), await tenant("t0")], [1, 1]);
+  assert.deepEqual([await records("t1"), await tenant("t1")], [0, 0]);
+  await acc.writeDue(store, Infinity, 12);
   assert.equal(acc.waitingRecords, 0, "then t1's and t2's");
-  // Then groups, oldest first: t0's (they went dirty first).
-  await acc.writeDue(store, Infinity, first - 1);
-  assert.equal(acc.pending, all - 3 - (first - 1));
-  assert.equal(await tenant("t0"), 1);
-  assert.equal(await tenant("t1"), 0);
+  assert.equal((await usageTotals(store, HOURS)).requests, 0, "shared: last");
   await acc.writeDue(store);
   assert.equal(acc.pending, 0);
   assert.equal((await usageTotals(store, HOURS)).requests, 3);

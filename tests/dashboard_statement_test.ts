@@ -11,7 +11,8 @@ import { getPricing, setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { buildStatement, csvField, statementCsv } from "../store/statements.ts";
 import { updateTenant } from "../store/tenants.ts";
-import { type UsageRecord, writeUsage } from "../store/usage.ts";
+import type { UsageRecord } from "../store/usage.ts";
+import { writeUsage } from "../store/usage_rollups.ts";
 import { api, createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
 
 const PRICING = {

@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { Admitter, limitPlan } from "../store/quota.ts";
-import { type UsageRecord, writeUsage } from "../store/usage.ts";
+import type { UsageRecord } from "../store/usage.ts";
+import { writeUsage } from "../store/usage_rollups.ts";
 import { parseUsageQuery } from "../store/usage_report.ts";
 import { api, createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
 

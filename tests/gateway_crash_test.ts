@@ -14,6 +14,12 @@ import {
 import { counterValue, countReservations, windowOf } from "../store/quota.ts";
 import { createStore } from "../store/store.ts";
 import type { Limits } from "../store/limits.ts";
+import { listApiKeys } from "../store/api_keys.ts";
+import { SYSTEM } from "../store/principal.ts";
+import { buildStatement } from "../store/statements.ts";
+import type { Store } from "../store/store.ts";
+import { listUsageRecords, usageTotals } from "../store/usage.ts";
+import { monthOf } from "../store/usage_month.ts";
 
 const MODEL = "tiny-chat";
 
@@ -73,10 +79,11 @@ async function tenantWithKeys(
   gw: GatewayProcess,
   limits: Partial<Limits>,
   keys = 1,
+  slug = "acme",
 ): Promise<{ id: string; keys: string[] }> {
   const { id } = await gw.admin("POST", "/tenants", {
-    name: "Acme",
-    slug: "acme",
+    name: slug,
+    slug,
   }) as { id: string };
   await gw.admin("PUT", `/tenants/${id}/limits`, limits);
   const out: string[] = [];
@@ -109,6 +116,14 @@ function chat(
       messages: [{ role: "user", content }],
     }),
   });
+}
+
+/** The sum of some keys' `Received` (absent: nothing). */
+function sumOf(rs: (Received | undefined)[]): Received {
+  return rs.reduce<Received>((a, r) => ({
+    answered: a.answered + (r?.answered ?? 0),
+    received: a.received + (r?.received ?? 0),
+  }), { answered: 0, received: 0 });
 }
 
 /** Waits until the local node serves the model (its node re-registers after a restart). */
@@ -170,24 +185,70 @@ Deno.test("a gateway killed with two streams open on a concurrency-2 tenant admi
   for (const r of again) await r.cancel();
 });
 
-Deno.test("after a SIGKILL under load with leases active, the tenant's counters are within one second's traffic of what clients received", async () => {
-  await using w = await crashWorld();
-  const gw = await w.start();
-  const { id, keys } = await tenantWithKeys(gw, {
-    rpm: 100_000,
-    tokensPerDay: 100_000_000,
-    concurrency: 1_000,
-  }, 4);
-  await routable(gw, keys[0]!);
-  // Load, crash and restart within one minute (counters are per minute).
-  const left = 60_000 - (Date.now() % 60_000);
-  if (left < 25_000) await new Promise((r) => setTimeout(r, left + 100));
-  // 100 requests a second over 4 keys for 2.5 to 3.5 s; the kill lands
-  // while requests are in flight.
-  const rate = 100;
-  const runMs = 2500 + Math.floor(Math.random() * 1000); // any checkpoint phase
-  let received = 0; // tokens in the usage of answered requests
+/**
+ * Every view of a tenant's usage today: its totals, the sum over its keys,
+ * its model, its usage records and its month's statement, each as
+ * [requests, tokens].
+ */
+async function usageViews(store: Store, tenantId: string) {
+  const now = Date.now();
+  const q = { tenantId, granularity: "day" as const, from: now, to: now };
+  const pair = (
+    t: { requests: number; promptTokens: number; completionTokens: number },
+  ): [number, number] => [t.requests, t.promptTokens + t.completionTokens];
+  const keys: [number, number] = [0, 0];
+  for (const key of (await listApiKeys(store, SYSTEM, tenantId)).items) {
+    const [r, t] = pair(await usageTotals(store, { ...q, keyId: key.id }));
+    keys[0] += r;
+    keys[1] += t;
+  }
+  const records: [number, number] = [0, 0];
+  let cursor: string | null | undefined;
+  do {
+    const page = await listUsageRecords(store, tenantId, {
+      cursor,
+      limit: 100,
+    });
+    for (const r of page.items) {
+      records[0]++;
+      records[1] += r.promptTokens + r.completionTokens;
+    }
+    cursor = page.cursor;
+  } while (cursor);
+  const statement = await buildStatement(store, SYSTEM, tenantId, monthOf(now));
+  return {
+    tenant: pair(await usageTotals(store, q)),
+    keys,
+    model: pair(await usageTotals(store, { ...q, model: MODEL })),
+    records,
+    statement: pair(statement),
+  };
+}
+
+/** What the clients of one key (or all) received. */
+interface Received {
+  /** Requests answered. */
+  answered: number;
+  /** Tokens in the usage of the answered requests. */
+  received: number;
+}
+
+/**
+ * Sends `rate` requests a second for `runMs`, the i-th with key `pick(i)`,
+ * then runs `stop` (the kill or the shutdown, which lands while requests
+ * are in flight); resolves with what clients received once every request
+ * ended, in all and by key.
+ */
+async function load(
+  gw: GatewayProcess,
+  pick: (i: number) => string,
+  rate: number,
+  runMs: number,
+  stop: () => Promise<void>,
+) {
+  let received = 0;
   let answered = 0;
+  const byKey = new Map<string, Received>();
   const refused: string[] = [];
   /** Sends one request and counts what its client received. */
   const send = async (key: string, i: number) => {
@@ -200,27 +261,65 @@ Deno.test("after a SIGKILL under load with leases active, the tenant's counters 
     } catch {
       return; // cut off by the kill: its client received nothing
     }
+    if (status === 503 && /shutting down|draining/i.test(text)) return;
     if (status !== 200) return void refused.push(`${status} ${text}`);
-    received += (JSON.parse(text) as { usage: { total_tokens: number } })
+    const tokens = (JSON.parse(text) as { usage: { total_tokens: number } })
       .usage.total_tokens;
+    received += tokens;
     answered++;
+    const mine = byKey.get(key) ?? { answered: 0, received: 0 };
+    mine.answered++;
+    mine.received += tokens;
+    byKey.set(key, mine);
   };
   const sent: Promise<void>[] = [];
   const t0 = Date.now();
   for (let i = 0; Date.now() - t0 < runMs; i++) {
-    sent.push(send(keys[i % keys.length]!, i));
+    sent.push(send(pick(i), i));
     const next = t0 + (i + 1) * 1000 / rate;
     await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
   }
-  await gw.kill();
+  await stop();
   await Promise.all(sent);
   assert.deepEqual(refused, []);
+  return { received, answered, byKey };
+}
+
+Deno.test("after a SIGKILL under load with leases active, the counters and every usage view are within one second's traffic of what clients received, and the views agree exactly", async () => {
+  await using w = await crashWorld();
+  const gw = await w.start();
+  const { id, keys } = await tenantWithKeys(gw, {
+    rpm: 100_000,
+    tokensPerDay: 100_000_000,
+    concurrency: 1_000,
+  }, 4);
+  // A quiet tenant: its few records all wait in memory (a tenant's are
+  // written 5 to 10 s after the first, or once 48 wait) when the kill lands.
+  const quiet = await tenantWithKeys(gw, {}, 1, "quiet");
+  await routable(gw, keys[0]!);
+  // Load, crash and restart within one minute (counters are per minute).
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < 25_000) await new Promise((r) => setTimeout(r, left + 100));
+  // 100 requests a second for 2.5 to 3.5 s, 9 in 10 over the 4 keys, 1 in
+  // 10 the quiet tenant's; the kill lands while requests are in flight.
+  const rate = 100;
+  const runMs = 2500 + Math.floor(Math.random() * 1000); // any checkpoint phase
+  const total = await load(
+    gw,
+    (i) => i % 10 === 9 ? quiet.keys[0]! : keys[i % 4]!,
+    rate,
+    runMs,
+    () => gw.kill(),
+  );
+  const { answered, received } = sumOf(keys.map((k) => total.byKey.get(k)));
   const perSecond = received / (runMs / 1000);
+  const quietGot = sumOf([total.byKey.get(quiet.keys[0]!)]);
   const tenant = `t:${id}`;
   const now = Date.now();
   const [day] = windowOf("day", now);
   const [rpm] = windowOf("rpm", now);
-  // The leases still hold their unused capacity while nobody reclaims it.
+  // The leases still hold their unused capacity while nobody reclaims it,
+  // and usage waits in the journal.
   {
     const store = await w.openStore();
     const held = await counterValue(store, tenant, day);
@@ -228,9 +327,17 @@ Deno.test("after a SIGKILL under load with leases active, the tenant's counters 
       held > received + 3 * perSecond,
       `leases were active: ${held} held against ${received} received`,
     );
+    assert.ok(quietGot.answered > 10);
+    const before = await usageViews(store, quiet.id);
+    assert.deepEqual(
+      before.tenant,
+      [0, 0],
+      "the quiet tenant's usage was still waiting to be written",
+    );
     store.kv.close();
   }
-  // The restart reclaims what the killed process held before it listens.
+  // The restart reclaims what the killed process held, and replays its
+  // journal, before it listens.
   const restarted = await w.start();
   await restarted.stop();
   const store = await w.openStore();
@@ -249,6 +356,84 @@ Deno.test("after a SIGKILL under load with leases active, the tenant's counters 
     );
     assert.equal(slots, 0);
     assert.equal(await countReservations(store), 0);
+    // Usage: lost at most the last second's (the journal is written to
+    // its file every 100 ms), every view the same.
+    for (
+      const [tenantId, got, perS] of [
+        [id, { answered, received }, perSecond],
+        [quiet.id, quietGot, quietGot.received / (runMs / 1000)],
+      ] as const
+    ) {
+      const views = await usageViews(store, tenantId);
+      for (const [view, value] of Object.entries(views)) {
+        assert.deepEqual(
+          value,
+          views.tenant,
+          `${view} agrees with the tenant's`,
+        );
+      }
+      const [metered, meteredTokens] = views.tenant;
+      assert.ok(
+        Math.abs(metered - got.answered) <= rate / 10 &&
+          Math.abs(meteredTokens - got.received) <= perS,
+        `usage ${metered} requests / ${meteredTokens} tokens, answered ${got.answered} / ${got.received}`,
+      );
+    }
+    assert.deepEqual(
+      [...Deno.readDirSync(join(w.dir, "data", "usage-journal"))].map((e) =>
+        [
+          e.name,
+          ...[...Deno.readDirSync(join(w.dir, "data", "usage-journal", e.name))]
+            .map((f) => f.name),
+        ].join("/")
+      ),
+      [],
+      "the replayed journal and the clean stop's leave nothing",
+    );
+  } finally {
+    store.kv.close();
+  }
+});
+
+Deno.test("a SIGTERM under load: counters and every usage view equal what clients received", async () => {
+  await using w = await crashWorld();
+  const gw = await w.start();
+  const { id, keys } = await tenantWithKeys(gw, {
+    rpm: 100_000,
+    tokensPerDay: 100_000_000,
+    concurrency: 1_000,
+  }, 4);
+  await routable(gw, keys[0]!);
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < 25_000) await new Promise((r) => setTimeout(r, left + 100));
+  const { received, answered } = await load(
+    gw,
+    (i) => keys[i % keys.length]!,
+    100,
+    2500,
+    () => gw.stop(),
+  );
+  const store = await w.openStore();
+  try {
+    const now = Date.now();
+    const tenant = `t:${id}`;
+    assert.equal(
+      await counterValue(store, tenant, windowOf("day", now)[0]),
+      received,
+    );
+    assert.equal(
+      await counterValue(store, tenant, windowOf("rpm", now)[0]),
+      answered,
+    );
+    assert.equal(await counterValue(store, tenant, "conc"), 0);
+    const views = await usageViews(store, id);
+    for (const [view, value] of Object.entries(views)) {
+      assert.deepEqual(
+        value,
+        [answered, received],
+        `${view}: what clients received`,
+      );
+    }
   } finally {
     store.kv.close();
   }
