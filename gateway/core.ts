@@ -11,7 +11,7 @@ import {
   Admitter,
   QuotaUnavailableError,
   type Reservation,
-} from "../store/quota.ts";
+} from "../store/quota/mod.ts";
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";

@@ -19,7 +19,7 @@
  * up to MAX_WAIT_MS more while writes are over budget (limits and quotas
  * are unaffected: they are settled in KV by the admitter).
  */
-import { reclaimExpired } from "../store/quota.ts";
+import { reclaimExpired } from "../store/quota/mod.ts";
 import type { Store } from "../store/store.ts";
 import {
   rollupsOf,
