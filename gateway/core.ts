@@ -80,6 +80,8 @@ export class GatewayCore {
       maxChecks: deps.config.kvUrl ? 10 : 100,
       owner: opts.instanceId,
       reclaimDueMs: () => this.instance?.reclaimDueMs() ?? 0,
+      onReclaimed: (count) =>
+        this.log.log("info", "reclaimed expired reservations", { count }),
     });
     this.instance = opts.instanceId
       ? new GatewayInstance(deps.store, opts.instanceId, {
@@ -105,9 +107,7 @@ export class GatewayCore {
       : null;
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
-    this.usage = new UsageWriter(deps.store, this.log, {
-      reclaim: () => this.admitter.reclaimExpired(),
-    });
+    this.usage = new UsageWriter(deps.store, this.log);
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
@@ -135,9 +135,13 @@ export class GatewayCore {
     if (this.deps.config.kvUrl) this.keys.watch();
   }
 
-  /** Waits until idle, then stops the heartbeat and deletes this instance's record. */
+  /**
+   * Waits until idle, stops the admitter (and its reclaim timer), then
+   * stops the heartbeat and deletes this instance's record.
+   */
   async close(): Promise<void> {
     await this.idle();
+    await this.admitter.close();
     this.keys.close();
     await this.instance?.close();
   }

@@ -60,14 +60,23 @@ export interface AdmitterOptions {
    * retry-after is that, when longer than a second.
    */
   reclaimDueMs?: () => number;
+  /**
+   * How often reservations past their deadline (of gateways that crashed
+   * or failed to settle) are reclaimed (default 30 s; 0: never, but by
+   * calling `reclaimExpired`).
+   */
+  reclaimEveryMs?: number;
+  /** Told how many reservations each timed reclaim settled, when any. */
+  onReclaimed?: (count: number) => void;
 }
 
 /**
  * Admits and settles for one gateway process: a request is admitted from
  * its key's lease when one is open, else by a shared commit; settlements
- * are off the client's path and batched.
+ * are off the client's path and batched. A timer reclaims reservations
+ * past their deadline every `reclaimEveryMs` until `close()`.
  */
-export class Admitter {
+export class Admitter implements AsyncDisposable {
   readonly #store: Store;
   readonly #rates: RateMeter;
   readonly #tidy = new Tidier();
@@ -75,6 +84,8 @@ export class Admitter {
   readonly #settlements: SettlementQueue;
   readonly #queue: AdmissionQueue;
   readonly #book: LeaseBook;
+  #reclaimTimer: ReturnType<typeof setInterval> | undefined;
+  #reclaiming: Promise<void> | null = null;
 
   constructor(store: Store, opts: AdmitterOptions = {}) {
     this.#store = store;
@@ -120,6 +131,19 @@ export class Admitter {
     });
     queue.useBook(this.#book);
     this.#queue = queue;
+    const every = opts.reclaimEveryMs ?? 30_000;
+    if (every > 0) {
+      const onReclaimed = opts.onReclaimed;
+      this.#reclaimTimer = setInterval(() => {
+        this.#reclaiming ??= this.reclaimExpired()
+          .catch(() => 0)
+          .then((n) => {
+            if (n > 0) onReclaimed?.(n);
+          })
+          .finally(() => this.#reclaiming = null);
+      }, every);
+      Deno.unrefTimer(this.#reclaimTimer);
+    }
   }
 
   /** Admits or rejects one request; throws QuotaUnavailableError when KV fails. */
@@ -177,7 +201,7 @@ export class Admitter {
   /**
    * Reclaims crashed gateways' expired reservations (see reclaimExpired),
    * deleting the release counters it adds to after their window, as this
-   * process's own.
+   * process's own. The reclaim timer calls it every `reclaimEveryMs`.
    */
   reclaimExpired(now = Date.now(), limit = 500): Promise<number> {
     return reclaimExpired(
@@ -200,5 +224,18 @@ export class Admitter {
       now,
       (id, key, end) => this.#tidy.afterWindow(id, key, end),
     );
+  }
+
+  /** Stops the reclaim timer (waiting for a reclaim in progress), then flushes. */
+  async close(): Promise<void> {
+    clearInterval(this.#reclaimTimer);
+    this.#reclaimTimer = undefined;
+    await this.#reclaiming;
+    await this.flush();
+  }
+
+  /** Closes (see close). */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 }

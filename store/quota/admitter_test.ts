@@ -1,10 +1,16 @@
-/** The Admitter: admission exactness, batching, refusals. */
+/** The Admitter: admission exactness, batching, refusals, its reclaim timer. */
 import assert from "node:assert/strict";
-import { Admitter, counterValue, limitPlan, windowOf } from "./mod.ts";
+import {
+  Admitter,
+  counterValue,
+  countReservations,
+  limitPlan,
+  windowOf,
+} from "./mod.ts";
 import { createStore } from "../store.ts";
 import { UNLIMITED } from "../limits.ts";
 import { awayFromMinuteEdge } from "../../gateway/_testing.ts";
-import { countCommits, req } from "./_testing.ts";
+import { countCommits, req, sleep } from "./_testing.ts";
 
 Deno.test("Admitter.admit() admits exactly 100 of 500 concurrent requests against rpm 100", async () => {
   await awayFromMinuteEdge();
@@ -130,5 +136,32 @@ Deno.test("Admitter refuses concurrency with retry-after until a stopped gateway
   due = 4200;
   const crashed = await a.admit(req(plan));
   assert.ok(!crashed.ok && crashed.retryAfterMs === 4200);
+  kv.close();
+});
+
+Deno.test("Admitter reclaims expired reservations every reclaimEveryMs until close()", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const plan = limitPlan("t1", "k1", { ...UNLIMITED, concurrency: 5 }, null);
+  // A gateway admits and crashes: its reservation is never settled.
+  const crashed = new Admitter(store, { leaseMs: 0, reclaimEveryMs: 0 });
+  assert.ok((await crashed.admit({ ...req(plan), ttlMs: 50 })).ok);
+  const counts: number[] = [];
+  const a = new Admitter(store, {
+    leaseMs: 0,
+    reclaimEveryMs: 100,
+    onReclaimed: (n) => counts.push(n),
+  });
+  await sleep(350);
+  assert.deepEqual(counts, [1], "reclaimed once, past its deadline");
+  assert.equal(await countReservations(store), 0);
+  assert.equal(await counterValue(store, "t:t1", "conc"), 0);
+  // Closed, it reclaims no more.
+  await a.close();
+  assert.ok((await crashed.admit({ ...req(plan), ttlMs: 50 })).ok);
+  await sleep(300);
+  assert.deepEqual(counts, [1]);
+  assert.equal(await countReservations(store), 1);
+  await crashed.close();
   kv.close();
 });
