@@ -1,6 +1,6 @@
 /** Pieces shared by the dashboard pages: stat tiles, quota bars, formatters. */
 import type { ComponentChildren } from "preact";
-import { QUOTA_WARN_PERCENT, type QuotaUse } from "../store/quota_status.ts";
+import { QUOTA_WARN_PERCENT, type QuotaUse } from "../store/quota/mod.ts";
 import { Table } from "./ui.tsx";
 
 /** A row of headline numbers. */

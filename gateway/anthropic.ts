@@ -467,7 +467,7 @@ export async function messages(
       req.signal,
       requestId,
     );
-    ex.nodeId = up.lease.node.id;
+    ex.nodeId = up.slot.node.id;
     const headers = {
       ...ex.headers,
       "x-request-id": requestId,

@@ -28,7 +28,7 @@ import {
   watchAuthEpoch,
 } from "../store/auth_epoch.ts";
 import { getTenantLimitsRaw, type Limits } from "../store/limits.ts";
-import { type LimitPlan, limitPlan } from "../store/quota.ts";
+import { type LimitPlan, limitPlan } from "../store/quota/mod.ts";
 import type { Scope } from "../store/schemas.ts";
 import type { Store } from "../store/store.ts";
 import { getTenantRaw, type Tenant } from "../store/tenants.ts";

@@ -11,7 +11,7 @@ import {
   Admitter,
   QuotaUnavailableError,
   type Reservation,
-} from "../store/quota.ts";
+} from "../store/quota/mod.ts";
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
@@ -89,6 +89,8 @@ export class GatewayCore {
       maxChecks: deps.config.kvUrl ? 10 : 100,
       owner: opts.instanceId,
       reclaimDueMs: () => this.instance?.reclaimDueMs() ?? 0,
+      onReclaimed: (count) =>
+        this.log.log("info", "reclaimed expired reservations", { count }),
     });
     this.instance = opts.instanceId
       ? new GatewayInstance(deps.store, opts.instanceId, {
@@ -120,9 +122,7 @@ export class GatewayCore {
       : null;
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
-    this.usage = new UsageWriter(deps.store, this.log, {
-      reclaim: () => this.admitter.reclaimExpired(),
-    });
+    this.usage = new UsageWriter(deps.store, this.log);
     this.#journalDir = opts.usageJournalDir ?? null;
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
@@ -176,10 +176,14 @@ export class GatewayCore {
     if (this.deps.config.kvUrl) this.keys.watch();
   }
 
-  /** Waits until idle, then stops the heartbeat and deletes this instance's record. */
+  /**
+   * Waits until idle, stops the admitter (and its reclaim timer), then
+   * stops the heartbeat and deletes this instance's record.
+   */
   async close(): Promise<void> {
     await this.idle();
     await this.usage.close();
+    await this.admitter.close();
     this.keys.close();
     await this.instance?.close();
   }

@@ -11,9 +11,8 @@
  * same write), at most MAX_WAIT_MS past due: 1,000 busy tenants' ~10,000
  * values cost 250 writes a second, not ~1,300 (each write costs ~25 µs of
  * CPU with the embedded store, and a round trip with a remote one; usage
- * charts are by hour and day, so a minute of lag hardly shows). Expired
- * reservations of crashed gateways are reclaimed every `reclaimEveryMs`.
- * `flush()` writes everything at once.
+ * charts are by hour and day, so a minute of lag hardly shows). `flush()`
+ * writes everything at once.
  *
  * What a crash loses: with a journal (`startJournal`), the records of the
  * last 100 ms at most (kill -9; a power cut: the last second); the next
@@ -22,7 +21,6 @@
  * MAX_WAIT_MS more while writes are over budget. Limits and quotas are
  * settled in KV by the admitter either way.
  */
-import { reclaimExpired } from "../store/quota.ts";
 import type { Store } from "../store/store.ts";
 import type { UsageRecord } from "../store/usage.ts";
 import { rollupsOf, UsageRollups } from "../store/usage_rollups.ts";
@@ -37,8 +35,6 @@ import type { Logger } from "./logger.ts";
 export interface UsageWriterOptions {
   /** Most records waiting; more are dropped and counted (default 100,000). */
   maxQueue?: number;
-  /** How often crashed gateways' reservations are looked for (default 30 s). */
-  reclaimEveryMs?: number;
   /** How long records and rollup groups may wait to be written (default 10 s; each waits half to all of it). */
   rollupMs?: number;
   /**
@@ -46,12 +42,6 @@ export interface UsageWriterOptions {
    * rest wait, longest first, but none more than MAX_WAIT_MS.
    */
   maxWritesPerSecond?: number;
-  /**
-   * Reclaims crashed gateways' expired reservations (default
-   * `reclaimExpired` on the store; the gateway passes its Admitter's, which
-   * also deletes the release counters it adds to after their window).
-   */
-  reclaim?: () => Promise<number>;
 }
 
 /** The longest anything waits to be written when more than `maxWritesPerSecond` are due. */
@@ -64,14 +54,11 @@ export class UsageWriter {
   readonly #acc: UsageRollups;
   readonly #log: Logger;
   readonly #maxQueue: number;
-  readonly #reclaimEveryMs: number;
   readonly #rollupMs: number;
   readonly #maxWritesPerSecond: number;
-  readonly #reclaim: () => Promise<number>;
   /** Time between writes: what falls due meanwhile shares one. */
   readonly #tickMs: number;
   #running: Promise<boolean> | null = null;
-  #lastReclaim = Date.now();
   /**
    * When the next write may start: a tick after the last one (what falls
    * due meanwhile shares it), later after a failure (flush() writes at
@@ -94,10 +81,8 @@ export class UsageWriter {
     this.#acc = rollupsOf(store);
     this.#log = log;
     this.#maxQueue = opts.maxQueue ?? 100_000;
-    this.#reclaimEveryMs = opts.reclaimEveryMs ?? 30_000;
     this.#rollupMs = opts.rollupMs ?? 10_000;
     this.#maxWritesPerSecond = opts.maxWritesPerSecond ?? 250;
-    this.#reclaim = opts.reclaim ?? (() => reclaimExpired(store));
     this.#tickMs = Math.min(1000, this.#rollupMs / 4);
   }
 
@@ -234,13 +219,6 @@ export class UsageWriter {
           this.#writeAt = now + this.#rollupMs / 2;
           this.#log.log("warn", "usage write failed", { error: String(e) });
         });
-      }
-    }
-    if (now - this.#lastReclaim >= this.#reclaimEveryMs) {
-      this.#lastReclaim = now;
-      const n = await this.#reclaim().catch(() => 0);
-      if (n > 0) {
-        this.#log.log("info", "reclaimed expired reservations", { count: n });
       }
     }
     return failed;

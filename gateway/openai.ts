@@ -139,7 +139,7 @@ export async function completions(
       req.signal,
       requestId,
     );
-    ex.nodeId = up.lease.node.id;
+    ex.nodeId = up.slot.node.id;
     if (up.kind === "stream") {
       const sink = new OpenAISink(
         new ChunkNormaliser(kind, m.id),
@@ -204,7 +204,7 @@ export async function embeddings(
       req.signal,
       requestId,
     );
-    ex.nodeId = up.lease.node.id;
+    ex.nodeId = up.slot.node.id;
     up.close();
     if (up.kind !== "json") throw malformed("embeddings response");
     const data = up.json.data;

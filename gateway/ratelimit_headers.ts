@@ -1,6 +1,6 @@
 /** `x-ratelimit-*` headers and the 429 errors built from an admission. */
 import { OpenAIError } from "../lib/openai_errors.ts";
-import type { Admission, QuotaView } from "../store/quota.ts";
+import type { Admission, QuotaView } from "../store/quota/mod.ts";
 
 /** Formats a duration like OpenAI's reset headers: `20ms`, `6s`, `1m30s`, `3h2m0s`. */
 export function formatReset(ms: number): string {

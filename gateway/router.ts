@@ -9,7 +9,7 @@ import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
 
 /** A held slot on a node; release exactly once. */
-export interface Lease {
+export interface SlotGrant {
   node: NodeView;
   release(): void;
 }
@@ -17,7 +17,7 @@ export interface Lease {
 interface Waiter {
   model: string;
   exclude: string | null;
-  resolve: (l: Lease) => void;
+  resolve: (l: SlotGrant) => void;
   reject: (e: unknown) => void;
   done: boolean;
 }
@@ -59,7 +59,7 @@ export class NodeRouter {
     model: string,
     signal: AbortSignal,
     exclude: string | null = null,
-  ): Promise<Lease> {
+  ): Promise<SlotGrant> {
     const cands = this.#candidates(model, exclude);
     if (cands.length === 0) {
       return Promise.reject(
@@ -73,10 +73,10 @@ export class NodeRouter {
         ),
       );
     }
-    const lease = this.#pick(cands);
-    if (lease) return Promise.resolve(lease);
+    const slot = this.#pick(cands);
+    if (slot) return Promise.resolve(slot);
     if (this.#waiters.length >= this.#queueMax) return Promise.reject(busy());
-    return new Promise<Lease>((resolve, reject) => {
+    return new Promise<SlotGrant>((resolve, reject) => {
       const w: Waiter = { model, exclude, resolve, reject, done: false };
       const fail = (e: unknown) => {
         if (w.done) return;
@@ -106,7 +106,7 @@ export class NodeRouter {
   }
 
   /** The least loaded node with a free slot; ties go to a random one of them. */
-  #pick(cands: NodeView[]): Lease | null {
+  #pick(cands: NodeView[]): SlotGrant | null {
     let best: NodeView | null = null;
     let bestLoad = Infinity;
     let ties = 0;
@@ -144,10 +144,10 @@ export class NodeRouter {
     for (let i = 0; i < this.#waiters.length; i++) {
       const w = this.#waiters[i]!;
       const cands = this.#candidates(w.model, w.exclude);
-      const lease = this.#pick(cands);
-      if (!lease) continue;
+      const slot = this.#pick(cands);
+      if (!slot) continue;
       this.#waiters.splice(i, 1);
-      w.resolve(lease);
+      w.resolve(slot);
       return;
     }
   }

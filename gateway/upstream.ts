@@ -17,7 +17,7 @@ import {
   type Http1Response,
 } from "../lib/http1_client.ts";
 import type { Fleet } from "../fleet/types.ts";
-import type { Lease, NodeRouter } from "./router.ts";
+import type { NodeRouter, SlotGrant } from "./router.ts";
 import { SSEReader, UpstreamStreamError } from "./sse.ts";
 import { after, cancel, race } from "./timers.ts";
 
@@ -54,7 +54,7 @@ export const DEFAULT_PROXY: ProxyOptions = {
 
 /** A node call in progress; `close()` ends it (aborting the node request if still open). */
 export interface UpstreamCall {
-  lease: Lease;
+  slot: SlotGrant;
   /** Aborts the node request; reason is recorded. */
   abort: AbortController;
   /** When the whole request must end (epoch ms). */
@@ -129,18 +129,18 @@ export class Upstream {
     let exclude: string | null = null;
     for (let attempt = 0;; attempt++) {
       if (this.#stopped) throw stoppingError();
-      const lease = await this.router.acquire(model, signal, exclude);
+      const slot = await this.router.acquire(model, signal, exclude);
       if (this.#stopped) {
-        lease.release();
+        slot.release();
         throw stoppingError();
       }
       try {
-        return await this.#once(lease, path, body, stream, signal, requestId);
+        return await this.#once(slot, path, body, stream, signal, requestId);
       } catch (e) {
-        lease.release();
+        slot.release();
         if (e instanceof Retryable && this.#stopped) throw stoppingError();
         if (e instanceof Retryable && attempt === 0 && !signal.aborted) {
-          exclude = lease.node.id;
+          exclude = slot.node.id;
           if (this.fleet.candidates(model).some((n) => n.id !== exclude)) {
             continue;
           }
@@ -158,7 +158,7 @@ export class Upstream {
   }
 
   async #once(
-    lease: Lease,
+    slot: SlotGrant,
     path: string,
     body: string,
     stream: boolean,
@@ -177,7 +177,7 @@ export class Upstream {
     abort.signal.addEventListener("abort", () => {
       this.#calls.delete(abort);
       if (!done && !head?.complete && !head?.brokeOff) {
-        this.#cancelOnNode(lease.node.id, requestId);
+        this.#cancelOnNode(slot.node.id, requestId);
       }
     }, { once: true });
     const onClient = () =>
@@ -190,7 +190,7 @@ export class Upstream {
     );
     let closed = false;
     const call: UpstreamCall = {
-      lease,
+      slot,
       abort,
       deadline,
       close() {
@@ -200,12 +200,12 @@ export class Upstream {
         signal.removeEventListener("abort", onClient);
         // Frees the node at once if its request is still open.
         if (!abort.signal.aborted) abort.abort(CALL_ENDED);
-        lease.release();
+        slot.release();
       },
     };
     try {
       const res = await withTimeout(
-        this.#send(lease.node.id, path, body, requestId, abort.signal),
+        this.#send(slot.node.id, path, body, requestId, abort.signal),
         o.connectTimeoutMs,
         () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
       ).catch((e) => {

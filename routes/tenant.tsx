@@ -24,7 +24,7 @@ import {
 import { isPlatform } from "../store/principal.ts";
 import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
-import { quotaStatus } from "../store/quota_status.ts";
+import { quotaStatus } from "../store/quota/mod.ts";
 import { QuotaTable } from "../components/dashboard.tsx";
 import { createInvite, listUsers, setUserDisabled } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";

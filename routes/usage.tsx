@@ -13,7 +13,7 @@ import UsageChart, { type UsageChartProps } from "../islands/UsageChart.tsx";
 import { listApiKeys } from "../store/api_keys.ts";
 import { ServiceError } from "../store/errors.ts";
 import { isPlatform } from "../store/principal.ts";
-import { quotaStatus } from "../store/quota_status.ts";
+import { quotaStatus } from "../store/quota/mod.ts";
 import { findTenant, listTenants, type Tenant } from "../store/tenants.ts";
 import { percentile } from "../store/usage.ts";
 import { monthOf, tenantModelMonth, topTenants } from "../store/usage_month.ts";

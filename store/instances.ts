@@ -1,7 +1,7 @@
 /**
  * Gateway instances: each has an identity and a liveness record in KV that
  * it rewrites every `heartbeatMs`. Every reservation records its owner
- * (store/quota.ts), so what a gateway held never waits out a deadline:
+ * (store/quota/), so what a gateway held never waits out a deadline:
  *
  * - a restarted instance (same identity) reclaims at start, before it
  *   serves, everything its previous incarnation held;

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { GatewayInstance, localInstanceId } from "./instances.ts";
 import { k } from "./kv_keys.ts";
 import { UNLIMITED } from "./limits.ts";
-import { Admitter, counterValue, limitPlan } from "./quota.ts";
+import { Admitter, counterValue, limitPlan } from "./quota/mod.ts";
 import { createStore, type Store } from "./store.ts";
 
 /** Polls `check` until it is true or `ms` pass; returns the time it took. */

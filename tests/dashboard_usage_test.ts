@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
-import { Admitter, limitPlan } from "../store/quota.ts";
+import { Admitter, limitPlan } from "../store/quota/mod.ts";
 import type { UsageRecord } from "../store/usage.ts";
 import { writeUsage } from "../store/usage_rollups.ts";
 import { parseUsageQuery } from "../store/usage_report.ts";

@@ -11,7 +11,11 @@ import {
   type GatewayProcess,
   startGatewayProcess,
 } from "./fixtures/cluster.ts";
-import { counterValue, countReservations, windowOf } from "../store/quota.ts";
+import {
+  counterValue,
+  countReservations,
+  windowOf,
+} from "../store/quota/mod.ts";
 import { createStore } from "../store/store.ts";
 import type { Limits } from "../store/limits.ts";
 import { listApiKeys } from "../store/api_keys.ts";

@@ -1,7 +1,11 @@
 /** Exactness of admission through the whole gateway under concurrency. */
 import assert from "node:assert/strict";
 import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
-import { counterValue, countReservations, windowOf } from "../store/quota.ts";
+import {
+  counterValue,
+  countReservations,
+  windowOf,
+} from "../store/quota/mod.ts";
 
 Deno.test("500 concurrent requests against a 100-request window admit exactly 100", async () => {
   await awayFromMinuteEdge();

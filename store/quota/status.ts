@@ -1,8 +1,10 @@
 /** Quota status at a glance: each tenant limit with its current use. */
-import { getTenantLimits, LIMIT_FIELDS, type Limits } from "./limits.ts";
-import type { Principal } from "./principal.ts";
-import { counterValue, type RuleKind, windowOf } from "./quota.ts";
-import type { Store } from "./store.ts";
+import { getTenantLimits, LIMIT_FIELDS, type Limits } from "../limits.ts";
+import type { Principal } from "../principal.ts";
+import type { Store } from "../store.ts";
+import { counterValue } from "./counters.ts";
+import type { RuleKind } from "./types.ts";
+import { windowOf } from "./windows.ts";
 
 /** One limit and how much of it is used in the current window. */
 export interface QuotaUse {

@@ -1,0 +1,108 @@
+/** The shapes of admission: rules and plans, requests, reservations, outcomes. */
+import type { Lease } from "./lease.ts";
+
+/** The kind of a limit rule and so of its window. */
+export type RuleKind = "rpm" | "tpm" | "concurrency" | "day" | "month";
+
+/** One limit to enforce: `subject` is `t:<tenantId>` or `k:<keyId>`. */
+export interface Rule {
+  subject: string;
+  kind: RuleKind;
+  limit: number;
+}
+
+/** The precomputed rules of one (tenant, key); at most 10 (one check each). */
+export interface LimitPlan {
+  tenantId: string;
+  keyId: string;
+  rules: Rule[];
+}
+
+/** What one request asks for. */
+export interface AdmissionRequest {
+  plan: LimitPlan;
+  /** Worst-case tokens (prompt + completion cap). */
+  tokens: number;
+  /** Smallest grant acceptable (tokens are clamped down to what remains, never below this). */
+  minTokens: number;
+  /** Tokens to bill if the reservation is reclaimed after a crash (≤ tokens). */
+  reclaimTokens: number;
+  /**
+   * Reservation lifetime in ms: after it the hold is reclaimed even while
+   * its owner lives (a settlement that failed).
+   */
+  ttlMs: number;
+}
+
+/** A granted reservation, settled exactly once. */
+export interface Reservation {
+  id: string;
+  versionstamp: string;
+  /** Tokens granted (≤ requested). */
+  tokens: number;
+  /** Counters holding tokens (`[subject, window]`) and the concurrency counters. */
+  tokenCounters: [string, string][];
+  concCounters: [string, string][];
+  /** Set when admitted from this process's lease: it settles in memory. */
+  lease?: Lease;
+  /** Admitted from a lease: what its checkpoint bills for it while in flight. */
+  reclaimTokens?: number;
+}
+
+/** Remaining capacity of the tightest request and token windows, for headers. */
+export interface QuotaView {
+  requests: { limit: number; remaining: number; resetMs: number } | null;
+  tokens: { limit: number; remaining: number; resetMs: number } | null;
+}
+
+/** The outcome of an admission. */
+export type Admission =
+  | { ok: true; reservation: Reservation | null; view: QuotaView }
+  | {
+    ok: false;
+    /** "rate": retry later (rpm, tpm, concurrency); "quota": day/month exhausted. */
+    reason: "rate" | "quota";
+    rule: Rule;
+    retryAfterMs: number;
+    view: QuotaView;
+  };
+
+/** Thrown when KV cannot be reached or conflicts never resolve: fail closed. */
+export class QuotaUnavailableError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "QuotaUnavailableError";
+  }
+}
+
+/** A reservation record in KV (k.reservation): a request's hold, or a lease's. */
+export interface StoredReservation {
+  tenantId: string;
+  keyId: string;
+  /** The gateway instance holding it (store/instances.ts); absent in tests without one. */
+  owner?: string;
+  deadline: number;
+  /** Tokens it holds in each of `tokenCounters`, and those billed if reclaimed. */
+  tokens: number;
+  reclaimTokens: number;
+  tokenCounters: [string, string][];
+  concCounters: [string, string][];
+  /** Concurrency slots it holds (a lease holds several; default 1). */
+  units?: number;
+  /**
+   * A lease's requests held in each of `reqCounters` (rpm), and those
+   * counted if reclaimed; its ReservationUse, once written, overrides
+   * both `reclaim` fields.
+   */
+  requests?: number;
+  reclaimRequests?: number;
+  reqCounters?: [string, string][];
+}
+
+/** A lease's checkpoint (k.reservationUse): what a reclaim bills it. */
+export interface ReservationUse {
+  /** Tokens used by its finished requests, plus its in-flight requests' reclaimTokens. */
+  tokens: number;
+  /** Requests it admitted. */
+  requests: number;
+}
