@@ -18,6 +18,11 @@
  * tenants and keys into that file first, so the gateway starts on a store
  * that already holds them, as after a restart (its heap holds nothing of
  * the seeding).
+ * Two gateways take turns with the others: `gateway` as `deno task start`
+ * runs it (an instance identity with its liveness record, and the usage
+ * journal in its data directory) and `gateway, no journal` (neither, as
+ * before usage survived a crash), each on its own copy of the seeded
+ * store: the difference is what crash safety costs.
  * `--scenario 1|10k` runs one; `BENCH_PROF=gateway` writes the gateway's
  * V8 tick log (isolate-*.log, read with `node --prof-process`).
  */
@@ -31,6 +36,10 @@ import { createStore } from "../store/store.ts";
 import { createTenant } from "../store/tenants.ts";
 import { silentLogger } from "../gateway/logger.ts";
 import { createGateway } from "../gateway/mod.ts";
+import { localInstanceId } from "../store/instances.ts";
+
+/** The gateway without crash safety (no instance record, no usage journal): the baseline of its cost. */
+const NO_JOURNAL = "gateway, no journal";
 
 const { values, positionals } = parseArgs({
   args: Deno.args,
@@ -380,12 +389,24 @@ async function scenario(label: string, targets: Target[]) {
       f2(st[g]!.ttfb50 / st[d]!.ttfb50)
     }, gateway/floor ${f2(st[g]!.ttfb50 / st[fl]!.ttfb50)}`,
   );
+  const b = NO_JOURNAL;
+  if (tp[b]) {
+    console.log(
+      `crash safety's cost (usage journal, instance record): CPU/req gateway ÷ ${b} ${
+        f2(tp[g]!.cpuPerReqUs / tp[b]!.cpuPerReqUs)
+      }× at max load, ${
+        f2(fr[g]!.cpuPerReqUs / fr[b]!.cpuPerReqUs)
+      }× at 500 req/s; p50 at 500 req/s ${f2(fr[g]!.p50)} vs ${
+        f2(fr[b]!.p50)
+      } ms`,
+    );
+  }
 }
 
 /**
- * Runs one scenario on children of its own: an upstream, the floor and a
- * gateway with `tenants` × `keysPerTenant` keys, all started fresh, so the
- * three compared have the same history and a scenario's numbers do not
+ * Runs one scenario on children of its own: an upstream, the floor and two
+ * gateways with `tenants` × `keysPerTenant` keys, all started fresh, so the
+ * targets compared have the same history and a scenario's numbers do not
  * depend on what ran before it.
  */
 async function fresh(
@@ -408,8 +429,13 @@ async function fresh(
       kvDir,
     );
     await seed.proc.status;
-    const gw = await spawn("gateway", String(up.info.port), kvDir);
+    const bareDir = `${kvDir}/bare`;
+    await Deno.mkdir(bareDir);
+    await Deno.copyFile(`${kvDir}/orchard.kv`, `${bareDir}/orchard.kv`);
+    const gw = await spawn("gateway", String(up.info.port), kvDir, "deployed");
     children.push(gw);
+    const bare = await spawn("gateway", String(up.info.port), bareDir, "bare");
+    children.push(bare);
     if (note) console.log(`\n${note(performance.now() - t0)}`);
     const target = (name: string, c: Child, keys: string[] = []): Target => ({
       name,
@@ -421,6 +447,7 @@ async function fresh(
       target("direct", up),
       target("floor", floor),
       target("gateway", gw, seed.info.keys!),
+      target(NO_JOURNAL, bare, seed.info.keys!),
     ]);
   } finally {
     for (const c of children) {
@@ -569,9 +596,17 @@ if (role === "upstream") {
     nodeTarget: () => Promise.resolve(target),
     fetchNode: (_id, path, init) => fetch(upstream + path, init),
   };
+  const deployed = Deno.args[3] === "deployed";
   const gw = createGateway({ store, config: testConfig(), fleet }, {
     logger: silentLogger,
+    ...(deployed
+      ? {
+        instanceId: await localInstanceId(Deno.args[2]!),
+        usageJournalDir: `${Deno.args[2]}/usage-journal`,
+      }
+      : {}),
   });
+  await gw.start();
   const port = listen(gw.app.fetch);
   console.log(JSON.stringify({ port }));
 } else {
