@@ -23,7 +23,12 @@ import { after, cancel, race } from "./timers.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
-  /** Until the node answers with headers (default 10 s). */
+  /**
+   * Until the request is written to the node, and for streams until the
+   * node answers with headers (default 10 s; it sends them at once). A
+   * non-stream answer comes whole after the generation: only the total
+   * timeout bounds it.
+   */
   connectTimeoutMs: number;
   /** Until the first event or body byte (default 120 s: long prefill). */
   firstByteTimeoutMs: number;
@@ -98,6 +103,9 @@ export function stoppedCall(call: UpstreamCall): boolean {
   return call.abort.signal.reason === STOPPING;
 }
 
+/** The abort reason of a call past its total timeout. */
+const TOTAL_TIMEOUT = new DOMException("Total timeout", "TimeoutError");
+
 /** How long a node may take to answer a cancellation. */
 const CANCEL_TIMEOUT_MS = 5000;
 
@@ -146,10 +154,17 @@ export class Upstream {
           }
         }
         if (e instanceof Retryable) {
+          // Nothing reached the client and no node took the work (refused,
+          // busy, its engine down, broken off before the first event): a
+          // retry is safe, and SDKs retry a 503, not a 502. A node whose
+          // engine is down is reported unhealthy within a heartbeat (2 s).
           throw new OpenAIError(
-            502,
-            "upstream_error",
-            `The node could not serve the request: ${e.message}`,
+            503,
+            "model_unavailable",
+            `No node could serve the model \`${
+              model.slice(0, 256)
+            }\` right now (${e.message}); retry shortly`,
+            { type: "server_error", headers: { "retry-after": "2" } },
           );
         }
         throw e;
@@ -184,10 +199,7 @@ export class Upstream {
       abort.abort(new DOMException("The client went away", "AbortError"));
     if (signal.aborted) onClient();
     signal.addEventListener("abort", onClient, { once: true });
-    const total = after(
-      o.totalTimeoutMs,
-      () => abort.abort(new DOMException("Total timeout", "TimeoutError")),
-    );
+    const total = after(o.totalTimeoutMs, () => abort.abort(TOTAL_TIMEOUT));
     let closed = false;
     const call: UpstreamCall = {
       slot,
@@ -204,13 +216,27 @@ export class Upstream {
       },
     };
     try {
+      let sent = false;
       const res = await withTimeout(
-        this.#send(slot.node.id, path, body, requestId, abort.signal),
+        this.#send(slot.node.id, path, body, requestId, abort.signal, () => {
+          sent = true;
+        }),
         o.connectTimeoutMs,
         () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
+        () => stream || !sent,
       ).catch((e) => {
         if (signal.aborted) throw e;
         if (abort.signal.reason === STOPPING) throw stoppingError();
+        if (abort.signal.reason === TOTAL_TIMEOUT) {
+          throw new OpenAIError(
+            504,
+            "timeout",
+            `The node did not answer within the total timeout (${
+              Math.round(o.totalTimeoutMs / 1000)
+            } s)`,
+            { type: "server_error" },
+          );
+        }
         done = !abort.signal.aborted; // refused or broken off: nothing runs
         throw new Retryable(
           e instanceof Error ? e.message : "connection failed",
@@ -299,6 +325,7 @@ export class Upstream {
     body: string,
     requestId: string,
     signal: AbortSignal,
+    onSent: () => void,
   ): Promise<Http1Response> {
     const target = await this.fleet.nodeTarget(nodeId);
     return await this.client.request(target.url, path, {
@@ -310,17 +337,21 @@ export class Upstream {
       },
       body,
       signal,
+      onSent,
     });
   }
 }
 
+/** `p`, or after `ms` (when `applies()` still holds then) `onTimeout()` and a rejection. */
 async function withTimeout<T>(
   p: Promise<T>,
   ms: number,
   onTimeout: () => void,
+  applies: () => boolean = () => true,
 ): Promise<T> {
   const r = await race(p, ms);
   if (r !== "timeout") return r;
+  if (!applies()) return await p;
   onTimeout();
   throw new Error(`no answer within ${ms} ms`);
 }

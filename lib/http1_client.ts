@@ -329,6 +329,7 @@ export class Http1Client {
       };
       try {
         await conn.write(bytes);
+        init.onSent?.();
         return await this.#readHead(conn, signal, release);
       } catch (e) {
         release(false);

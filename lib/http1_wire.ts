@@ -12,6 +12,8 @@ export interface Http1RequestInit {
   headers?: Record<string, string>;
   body?: string;
   signal?: AbortSignal;
+  /** Called once the request is written to a connection (its response not read yet). */
+  onSent?: () => void;
 }
 
 /** Why a response could not be read: malformed, too large, or broken off. */

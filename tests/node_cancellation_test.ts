@@ -163,18 +163,45 @@ for (const stream of [true, false]) {
   Deno.test(`a gateway timeout before the node answered (${stream ? "stream" : "non-stream"}) closes the node's upstream request within 1 s`, async () => {
     // The node's server does not see the gateway's connection close while
     // its handler is still waiting: the gateway's cancellation does it.
-    const rig = await startRig({ proxy: { connectTimeoutMs: 500 } });
+    // A stream's node answers with headers at once (connect timeout); a
+    // non-stream answer comes whole after its generation (total timeout).
+    const rig = await startRig({
+      proxy: stream ? { connectTimeoutMs: 500 } : { totalTimeoutMs: 500 },
+    });
     try {
       const res = await holdRequest(rig, { hold: "hold-head", stream });
       const timedOutAt = performance.now();
-      assert.equal(res.status, 502);
-      assert.match(await res.text(), /no answer within 500 ms/);
+      const text = await res.text();
+      if (stream) {
+        assert.equal(res.status, 503, text);
+        assert.equal(res.headers.get("retry-after"), "2");
+        assert.match(text, /no answer within 500 ms/);
+      } else {
+        assert.equal(res.status, 504, text);
+        assert.match(text, /"code":"timeout"/);
+      }
       await assertClosedSoon(rig, timedOutAt);
     } finally {
       await rig.close();
     }
   });
 }
+
+Deno.test("a non-stream generation longer than the connect timeout is answered (only the total timeout bounds it)", async () => {
+  const rig = await startRig({ proxy: { connectTimeoutMs: 300 } });
+  try {
+    const pending = holdRequest(rig, { hold: "hold-head", stream: false });
+    await rig.up.held;
+    await new Promise((r) => setTimeout(r, 1000));
+    rig.up.release();
+    const res = await pending;
+    const body = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(body));
+    assert.equal(body.object, "chat.completion");
+  } finally {
+    await rig.close();
+  }
+});
 
 Deno.test("a client that disconnects mid-stream closes the node's upstream request", async () => {
   const rig = await startRig({});

@@ -43,6 +43,12 @@ export interface OpenAIEngineOptions {
   maxQueue?: number;
   /** How often models are re-discovered (default 30 s). */
   refreshMs?: number;
+  /**
+   * While the upstream is down, how often it is checked again (default
+   * 1 s): a call that cannot connect marks it down at once, so the next
+   * heartbeat reports the node unhealthy and the gateway routes elsewhere.
+   */
+  recheckMs?: number;
   /** Probe each listed model with a 1-token request (default true). */
   verifyModels?: boolean;
   /** Timeout of each probe request (default 30 s). */
@@ -59,6 +65,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   );
   const meter = new TokenMeter();
   const refreshMs = opts.refreshMs ?? 30_000;
+  const recheckMs = opts.recheckMs ?? 1000;
   const probeTimeoutMs = opts.probeTimeoutMs ?? 30_000;
   const verify = opts.verifyModels ?? true;
   let served = new Map<string, EngineModel>();
@@ -154,9 +161,33 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
     }
   }
 
+  /** The next refresh: soon while the upstream is down, else after refreshMs. */
   function schedule() {
     if (closed) return;
-    timer = setTimeout(() => refresh().finally(schedule), refreshMs);
+    clearTimeout(timer);
+    timer = setTimeout(
+      () => refresh().finally(schedule),
+      health.healthy ? refreshMs : recheckMs,
+    );
+  }
+
+  /**
+   * A call could not reach the upstream (refused, reset, DNS): it is down
+   * now, not at the next refresh; checked again every recheckMs until it
+   * answers.
+   */
+  function unreachable(err: unknown): void {
+    const was = health.healthy;
+    health = {
+      healthy: false,
+      detail: `upstream ${base} unreachable: ${(err as Error)?.message ?? err}`,
+    };
+    if (was) {
+      log.warn("upstream unreachable; rechecking every second", {
+        upstream: base,
+      });
+      schedule();
+    }
   }
 
   function modelOf(body: OpenAIBody): string {
@@ -197,6 +228,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       const path = kind === "chat" ? "/chat/completions" : "/completions";
       const res = await post(path, up, signal).catch((err) => {
         if (signal.aborted) throw err;
+        unreachable(err);
         throw new OpenAIError(503, "engine_unavailable", "Engine unreachable", {
           headers: { "retry-after": "1" },
         });
@@ -265,6 +297,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
           encoding_format: "float",
         }, signal).catch((err) => {
           if (signal.aborted) throw err;
+          unreachable(err);
           throw new OpenAIError(
             503,
             "engine_unavailable",
