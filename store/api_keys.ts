@@ -212,12 +212,3 @@ export async function verifyApiKey(
   }
   return { ok: true, key };
 }
-
-/** Records when a key was last used (callers throttle this; not audited). */
-export async function touchApiKey(
-  store: Store,
-  id: string,
-  at = new Date(),
-): Promise<void> {
-  await store.kv.set(k.apiKeyLastUsed(id), at.toISOString());
-}

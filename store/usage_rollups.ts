@@ -57,6 +57,8 @@ const MAX_TENANT_MUTATIONS = 400;
 const RECORDS_PER_COMMIT = 2 * RECORDS_PER_VALUE;
 /** How long a tenant's mark is kept: a journal older than this replays records twice. */
 const MARK_TTL_MS = 30 * 86_400_000;
+/** A key's "last used" time is written at most this often (with its tenant's batch). */
+const LAST_USED_EVERY_MS = 60_000;
 
 /**
  * The fields of each kind of group, in the order its sums are held in
@@ -198,6 +200,8 @@ export class UsageRollups {
   #recordSeq = 0;
   #journal: UsageJournal | null = null;
   #nextPrune = 0;
+  /** When each key's "last used" was last written (this writer). */
+  readonly #lastUsedWritten = new Map<string, number>();
   /** In creation order (the order groups leave when over the cap). */
   readonly #groups = new Map<string, Group>();
   /** Shared groups holding records not written yet. */
@@ -506,6 +510,30 @@ export class UsageRollups {
         seqs[seqs.length - 1]!,
         { expireIn: MARK_TTL_MS },
       ]);
+    }
+    return sets.concat(this.#lastUsedSets(records));
+  }
+
+  /**
+   * Each key's "last used" (the start of its latest request here), at most
+   * once a LAST_USED_EVERY_MS per key: what the portal shows, written with
+   * the records that prove it, not a KV write per request.
+   */
+  #lastUsedSets(records: UsageRecord[]): KvSet[] {
+    const latest = new Map<string, string>();
+    for (const r of records) {
+      const at = latest.get(r.keyId);
+      if (at === undefined || r.at > at) latest.set(r.keyId, r.at);
+    }
+    const now = Date.now();
+    const sets: KvSet[] = [];
+    for (const [keyId, at] of latest) {
+      if (now - (this.#lastUsedWritten.get(keyId) ?? 0) < LAST_USED_EVERY_MS) {
+        continue;
+      }
+      if (this.#lastUsedWritten.size >= 100_000) this.#lastUsedWritten.clear();
+      this.#lastUsedWritten.set(keyId, now);
+      sets.push([k.apiKeyLastUsed(keyId), at]);
     }
     return sets;
   }

@@ -300,8 +300,8 @@ Deno.test("writeDue() writes about `max` values, whole tenants waiting longest f
   const n = await acc.writeDue(store, Infinity, 1);
   assert.equal(
     n,
-    11,
-    "record value, mark, 6 hour and day groups, 3 month groups",
+    12,
+    "record value, mark, key's last use, 6 hour and day groups, 3 month groups",
   );
   assert.equal(acc.waitingRecords, 2);
   assert.deepEqual([await records("t0"), await tenant("t0")], [1, 1]);
@@ -383,5 +383,27 @@ Deno.test("UsageRollups keeps at most maxGroups in memory; a group recreated lat
   );
   assert.equal((await usageTotals(store, q)).requests, 11);
   assert.throws(() => new UsageRollups({ maxGroups: 0 }), /maxGroups/);
+  kv.close();
+});
+
+Deno.test("a key's last use is written with its records, at most once a minute", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  const acc = new UsageRollups();
+  await acc.write(store, [
+    rec({ at: "2026-11-22T10:15:00.000Z" }),
+    rec({ at: "2026-11-22T10:16:00.000Z" }),
+    rec({ keyId: "kb", at: "2026-11-22T10:14:00.000Z" }),
+  ]);
+  const lastUsed = async (id: string) =>
+    (await kv.get<string>(k.apiKeyLastUsed(id))).value;
+  assert.equal(await lastUsed("ka"), "2026-11-22T10:16:00.000Z");
+  assert.equal(await lastUsed("kb"), "2026-11-22T10:14:00.000Z");
+  await acc.write(store, [rec({ at: "2026-11-22T10:17:00.000Z" })]);
+  assert.equal(
+    await lastUsed("ka"),
+    "2026-11-22T10:16:00.000Z",
+    "not again within the minute",
+  );
   kv.close();
 });

@@ -5,7 +5,7 @@ import {
   createWorld,
   readSSE,
 } from "../gateway/_testing.ts";
-import { revokeApiKey } from "../store/api_keys.ts";
+import { getApiKey, revokeApiKey } from "../store/api_keys.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createTenant, updateTenant } from "../store/tenants.ts";
 import { usageTotals } from "../store/usage.ts";
@@ -363,6 +363,23 @@ Deno.test("/metrics needs an allowed IP or an admin token and lists requests and
     const denied = await w.gw.app.request("/metrics");
     assert.equal(denied.status, 403);
     await denied.body?.cancel();
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("a key's last use is filled by its requests (portal, API and CLI read it)", async () => {
+  const w = await createWorld();
+  try {
+    const view = () => getApiKey(w.store, SYSTEM, w.keyId);
+    assert.equal((await view()).lastUsedAt, null);
+    const before = new Date().toISOString();
+    const res = await w.post("/v1/chat/completions", chat());
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    await w.gw.idle();
+    const used = (await view()).lastUsedAt;
+    assert.ok(used !== null && used >= before.slice(0, 19), String(used));
   } finally {
     await w.close();
   }
