@@ -3,6 +3,7 @@
  * loopback standing in for an external node engine, a small `Fleet` over
  * such upstreams, and a world with a tenant, keys and a served gateway.
  */
+import { affinityOf, nodeHash, rendezvous } from "./affinity.ts";
 import { testConfig } from "../config.ts";
 import type { Fleet, NodeTarget, NodeView } from "../fleet/types.ts";
 import type { EngineModel } from "../node/engine.ts";
@@ -502,4 +503,24 @@ export async function readSSE(
 export async function awayFromMinuteEdge(ms = 5000): Promise<void> {
   const left = 60_000 - (Date.now() % 60_000);
   if (left < ms) await new Promise((r) => setTimeout(r, left + 50));
+}
+
+/**
+ * A chat request body whose conversation the router sends to `nodeId`
+ * first among `nodeIds` (its prefix affinity: gateway/affinity.ts), for
+ * tests that need to know which of equal nodes gets a request.
+ */
+export function pinnedTo(
+  nodeId: string,
+  nodeIds: string[],
+  body: { model: string } & Record<string, unknown>,
+): Record<string, unknown> {
+  for (let i = 0;; i++) {
+    const messages = [{ role: "user", content: `Hi ${i}` }];
+    const a = affinityOf({ model: body.model, messages })!;
+    const best = nodeIds.reduce((x, y) =>
+      rendezvous(a, nodeHash(y)) > rendezvous(a, nodeHash(x)) ? y : x
+    );
+    if (best === nodeId) return { ...body, messages };
+  }
 }

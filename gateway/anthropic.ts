@@ -23,6 +23,7 @@ import {
   type ParsedRequest,
 } from "./validate.ts";
 import { NAME_PATTERN } from "./validate_chat.ts";
+import { affinityOf } from "./affinity.ts";
 
 const ERROR_TYPE: Record<number, string> = {
   400: "invalid_request_error",
@@ -466,6 +467,7 @@ export async function messages(
       p.stream,
       req.signal,
       requestId,
+      affinityOf(p.body),
     );
     ex.nodeId = up.slot.node.id;
     const headers = {

@@ -16,6 +16,7 @@ import {
 import { relayStream, type StreamSink } from "./stream.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 import { modelAllowed } from "./auth.ts";
+import { affinityOf } from "./affinity.ts";
 
 /** Relays OpenAI chunks, stripping the node's usage chunk unless asked for. */
 export class OpenAISink implements StreamSink {
@@ -138,6 +139,7 @@ export async function completions(
       p.stream,
       req.signal,
       requestId,
+      affinityOf(body),
     );
     ex.nodeId = up.slot.node.id;
     if (up.kind === "stream") {

@@ -2,11 +2,24 @@
  * Node selection: among the fleet's candidates for a model, the node with
  * the fewest requests in flight FROM THIS GATEWAY (relative to its slots;
  * equal nodes are chosen at random, so idle time is spread), never more
- * than its slot count. When every slot is busy, requests wait in a bounded FIFO queue with
- * a deadline, then fail with 503 and `retry-after`.
+ * than its slot count. A request with a prefix affinity (gateway/affinity.ts)
+ * goes to the node its conversation maps to (rendezvous hashing, so a node
+ * joining or leaving moves only its share), as long as that node's share
+ * of slots in use is within AFFINITY_SLACK of the least loaded one's: a
+ * conversation keeps its cached prefix, and no node is piled on for it.
+ * When every slot is busy, requests wait in a bounded FIFO queue with a
+ * deadline, then fail with 503 and `retry-after`.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
+import { nodeHash, rendezvous } from "./affinity.ts";
+
+/**
+ * How much more of its slots in use (a share, 0..1) a conversation's node
+ * may have than the least loaded candidate and still get the request:
+ * reusing a cached prefix saves its whole prefill, worth a busier node.
+ */
+const AFFINITY_SLACK = 0.5;
 
 /** A held slot on a node; release exactly once. */
 export interface SlotGrant {
@@ -17,6 +30,7 @@ export interface SlotGrant {
 interface Waiter {
   model: string;
   exclude: string | null;
+  affinity: number | null;
   resolve: (l: SlotGrant) => void;
   reject: (e: unknown) => void;
   done: boolean;
@@ -37,6 +51,7 @@ export class NodeRouter {
   readonly #waiters: Waiter[] = [];
   readonly #queueMax: number;
   readonly #queueTimeoutMs: number;
+  readonly #nodeHashes = new Map<string, number>();
 
   constructor(fleet: Fleet, opts: RouterOptions = {}) {
     this.#fleet = fleet;
@@ -54,11 +69,16 @@ export class NodeRouter {
     return this.#waiters.length;
   }
 
-  /** Takes a slot on the best node for `model` (not `exclude`), waiting in the queue if all are busy. */
+  /**
+   * Takes a slot on the best node for `model` (not `exclude`; the
+   * conversation's node for `affinity`), waiting in the queue if all are
+   * busy.
+   */
   acquire(
     model: string,
     signal: AbortSignal,
     exclude: string | null = null,
+    affinity: number | null = null,
   ): Promise<SlotGrant> {
     const cands = this.#candidates(model, exclude);
     if (cands.length === 0) {
@@ -73,11 +93,18 @@ export class NodeRouter {
         ),
       );
     }
-    const slot = this.#pick(cands);
+    const slot = this.#pick(cands, affinity);
     if (slot) return Promise.resolve(slot);
     if (this.#waiters.length >= this.#queueMax) return Promise.reject(busy());
     return new Promise<SlotGrant>((resolve, reject) => {
-      const w: Waiter = { model, exclude, resolve, reject, done: false };
+      const w: Waiter = {
+        model,
+        exclude,
+        affinity,
+        resolve,
+        reject,
+        done: false,
+      };
       const fail = (e: unknown) => {
         if (w.done) return;
         w.done = true;
@@ -105,8 +132,12 @@ export class NodeRouter {
     return exclude ? all.filter((n) => n.id !== exclude) : all;
   }
 
-  /** The least loaded node with a free slot; ties go to a random one of them. */
-  #pick(cands: NodeView[]): SlotGrant | null {
+  /**
+   * The least loaded node with a free slot (ties go to a random one of
+   * them), or for an affinity the highest-scoring node within
+   * AFFINITY_SLACK of that load.
+   */
+  #pick(cands: NodeView[], affinity: number | null = null): SlotGrant | null {
     let best: NodeView | null = null;
     let bestLoad = Infinity;
     let ties = 0;
@@ -124,7 +155,17 @@ export class NodeRouter {
       }
     }
     if (!best) return null;
-    const node = best;
+    if (affinity !== null && cands.length > 1) {
+      let top = -1;
+      for (const n of cands) {
+        const used = this.#inflight.get(n.id) ?? 0;
+        const slots = Math.max(1, n.stats?.slots ?? 1);
+        if (used >= slots || used / slots > bestLoad + AFFINITY_SLACK) continue;
+        const score = rendezvous(affinity, this.#hashOf(n.id));
+        if (score > top) [top, best] = [score, n];
+      }
+    }
+    const node = best!;
     this.#inflight.set(node.id, (this.#inflight.get(node.id) ?? 0) + 1);
     let released = false;
     return {
@@ -140,11 +181,20 @@ export class NodeRouter {
     };
   }
 
+  #hashOf(id: string): number {
+    let h = this.#nodeHashes.get(id);
+    if (h === undefined) {
+      if (this.#nodeHashes.size >= 10_000) this.#nodeHashes.clear();
+      this.#nodeHashes.set(id, h = nodeHash(id));
+    }
+    return h;
+  }
+
   #wake(): void {
     for (let i = 0; i < this.#waiters.length; i++) {
       const w = this.#waiters[i]!;
       const cands = this.#candidates(w.model, w.exclude);
-      const slot = this.#pick(cands);
+      const slot = this.#pick(cands, w.affinity);
       if (!slot) continue;
       this.#waiters.splice(i, 1);
       w.resolve(slot);

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { StaticFleet } from "./_testing.ts";
 import { NodeRouter } from "./router.ts";
+import { affinityOf } from "./affinity.ts";
 
 const MODEL = [{ id: "m", loaded: true, kind: "chat" as const }];
 
@@ -30,4 +31,95 @@ Deno.test("NodeRouter.acquire() prefers the node with the lower share of its slo
   assert.equal(on("small") + on("big"), 8);
   assert.ok(on("small") <= 1);
   for (const s of held) s.release();
+});
+
+Deno.test("NodeRouter.acquire() sends a conversation to the same node while it is not much busier, and spreads conversations", async () => {
+  const router = new NodeRouter(fleetOf([["a", 4], ["b", 4], ["c", 4]]));
+  const signal = new AbortController().signal;
+  const conversation = affinityOf({
+    model: "m",
+    messages: [
+      { role: "system", content: "You are terse." },
+      { role: "user", content: "Plan my trip" },
+    ],
+  })!;
+  const first = await router.acquire("m", signal, null, conversation);
+  first.release();
+  for (let turn = 0; turn < 20; turn++) {
+    const slot = await router.acquire("m", signal, null, conversation);
+    assert.equal(slot.node.id, first.node.id, `turn ${turn}`);
+    slot.release();
+  }
+  // Its node holding 2 of 4 slots (0.5 more than the idle others): still it.
+  const busy = [
+    await router.acquire("m", signal, first.node.id === "a" ? "b" : "a"),
+  ];
+  const held = [];
+  while (router.inFlight(first.node.id) < 2) {
+    held.push(await router.acquire("m", signal, null, conversation));
+  }
+  const again = await router.acquire("m", signal, null, conversation);
+  assert.equal(again.node.id, first.node.id, "within the slack");
+  held.push(again);
+  // 3 of 4 (0.75 over an idle node): the least loaded instead.
+  const elsewhere = await router.acquire("m", signal, null, conversation);
+  assert.notEqual(elsewhere.node.id, first.node.id, "past the slack");
+  for (const s of [...held, ...busy, elsewhere]) s.release();
+  // 300 conversations spread over the three nodes.
+  const counts: Record<string, number> = { a: 0, b: 0, c: 0 };
+  for (let i = 0; i < 300; i++) {
+    const slot = await router.acquire(
+      "m",
+      signal,
+      null,
+      affinityOf({
+        model: "m",
+        messages: [{ role: "user", content: `q${i}` }],
+      }),
+    );
+    counts[slot.node.id]!++;
+    slot.release();
+  }
+  for (const n of Object.values(counts)) {
+    assert.ok(n >= 60 && n <= 140, JSON.stringify(counts));
+  }
+});
+
+Deno.test("affinityOf() is the same for every turn of a conversation and null without a prompt", () => {
+  const opening = [
+    { role: "system", content: "Be brief." },
+    { role: "user", content: [{ type: "text", text: "Hello" }] },
+  ];
+  const a = affinityOf({ model: "m", messages: opening });
+  const b = affinityOf({
+    model: "m",
+    messages: [
+      ...opening,
+      { role: "assistant", content: "Hi" },
+      { role: "user", content: "More" },
+    ],
+  });
+  assert.equal(a, b);
+  assert.notEqual(a, affinityOf({ model: "m2", messages: opening }));
+  assert.notEqual(
+    a,
+    affinityOf({ model: "m", messages: [{ role: "user", content: "Hello" }] }),
+  );
+  assert.equal(
+    affinityOf({
+      model: "m",
+      system: "Be brief.",
+      messages: [{ role: "user", content: "x" }],
+    }),
+    affinityOf({
+      model: "m",
+      system: [{ type: "text", text: "Be brief." }],
+      messages: [{ role: "user", content: "x" }],
+    }),
+  );
+  assert.equal(affinityOf({ model: "m", input: "embed me" }), null);
+  assert.equal(
+    typeof affinityOf({ model: "m", prompt: "Once upon" }),
+    "number",
+  );
 });

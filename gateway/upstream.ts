@@ -125,7 +125,11 @@ export class Upstream {
     readonly opts: ProxyOptions,
   ) {}
 
-  /** POSTs `body` to `path` on a node serving `model`; `stream` selects SSE handling. */
+  /**
+   * POSTs `body` to `path` on a node serving `model` (the conversation's
+   * node for `affinity`: see gateway/router.ts); `stream` selects SSE
+   * handling.
+   */
   async call(
     model: string,
     path: string,
@@ -133,11 +137,12 @@ export class Upstream {
     stream: boolean,
     signal: AbortSignal,
     requestId: string,
+    affinity: number | null = null,
   ): Promise<UpstreamResult> {
     let exclude: string | null = null;
     for (let attempt = 0;; attempt++) {
       if (this.#stopped) throw stoppingError();
-      const slot = await this.router.acquire(model, signal, exclude);
+      const slot = await this.router.acquire(model, signal, exclude, affinity);
       if (this.#stopped) {
         slot.release();
         throw stoppingError();

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import {
   createWorld,
   MODELS,
+  pinnedTo,
   readSSE,
   scriptedUpstream,
 } from "../gateway/_testing.ts";
@@ -27,17 +28,15 @@ Deno.test("a node killed before its first chunk is retried once on another node"
   const w = await createWorld({ script: { killAfter: 0 } });
   const good = scriptedUpstream({});
   w.fleet.add("node-b", good.url, MODELS);
-  // equal nodes are picked at random: make the first pick the failing one
-  const random = Math.random;
-  Math.random = () => 0.99;
+  // A conversation the router sends to the failing node first.
+  const first = pinnedTo("node-a", ["node-a", "node-b"], body);
   try {
-    const s = await readSSE(await w.post("/v1/chat/completions", body));
+    const s = await readSSE(await w.post("/v1/chat/completions", first));
     assert.equal(s.data.at(-1), "[DONE]");
     assert.equal(w.up.requests.length, 1);
     assert.equal(good.requests.length, 1);
     assert.equal((await lastRecord(w)).nodeId, "node-b");
   } finally {
-    Math.random = random;
     await w.close();
     await good.close();
   }
@@ -50,11 +49,11 @@ for (const after of [1, 10]) {
     });
     const other = scriptedUpstream({});
     w.fleet.add("node-b", other.url, MODELS);
-    const random = Math.random;
-    Math.random = () => 0.99; // the first pick among equal nodes: the failing one
+    // A conversation the router sends to the failing node.
+    const first = pinnedTo("node-a", ["node-a", "node-b"], body);
     try {
       const t0 = performance.now();
-      const s = await readSSE(await w.post("/v1/chat/completions", body));
+      const s = await readSSE(await w.post("/v1/chat/completions", first));
       assert.ok(performance.now() - t0 < 1000 + 2 * after + 200);
       const last = JSON.parse(s.data.at(-1)!);
       assert.equal(last.error.type, "server_error");
@@ -73,7 +72,6 @@ for (const after of [1, 10]) {
       assert.deepEqual(w.up.cancels, [], "a node that broke off has no work");
       assert.ok(r.promptTokens > 0);
     } finally {
-      Math.random = random;
       await w.close();
       await other.close();
     }
