@@ -137,6 +137,11 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     return m.id === model || (m.aliases?.includes(model) ?? false);
   }
 
+  /** A model the node can serve (not one its engine lists but cannot serve now). */
+  function servable(m: EngineModel): boolean {
+    return m.servable !== false;
+  }
+
   /** The node's current JWT (signed anew after NODE_JWT_REUSE_MS). */
   async function jwtFor(nodeId: string): Promise<NodeJwt> {
     const hit = jwts.get(nodeId);
@@ -171,7 +176,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
 
   return {
     candidates(model) {
-      return serving().filter((v) => v.models.some((m) => matches(m, model)))
+      return serving().filter((v) =>
+        v.models.some((m) => servable(m) && matches(m, model))
+      )
         .sort((a, b) => load(a.stats) - load(b.stats));
     },
     knownModel(model) {
@@ -188,6 +195,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       >();
       for (const v of serving()) {
         for (const m of v.models) {
+          if (!servable(m)) continue;
           const got = byId.get(m.id);
           if (got) {
             got.nodeIds.push(v.id);
@@ -218,7 +226,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     },
     resolveModel(model) {
       for (const v of serving()) {
-        for (const m of v.models) if (matches(m, model)) return m.id;
+        for (const m of v.models) {
+          if (servable(m) && matches(m, model)) return m.id;
+        }
       }
       return model;
     },

@@ -37,7 +37,7 @@ export interface Fleet {
    * first. Empty when none can serve it.
    */
   candidates(model: string): NodeView[];
-  /** Every model (id, aliases) some healthy, undrained node serves. */
+  /** Every model (id, aliases) some healthy, undrained node serves (not those it reports `servable: false`). */
   servedModels(): {
     id: string;
     aliases: string[];
@@ -53,8 +53,9 @@ export interface Fleet {
   resolveModel(model: string): string;
   /**
    * Whether some enrolled node lists `model` (id or alias) even though none
-   * can serve it now (draining, unhealthy, down): such a model is
-   * temporarily unavailable (503), not unknown (404).
+   * can serve it now (draining, unhealthy, down, or its engine lists it but
+   * cannot serve it: `servable: false`): such a model is temporarily
+   * unavailable (503), not unknown (404).
    */
   knownModel(model: string): boolean;
   /**

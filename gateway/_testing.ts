@@ -324,7 +324,8 @@ export class StaticFleet implements Fleet {
   candidates(model: string): NodeView[] {
     const id = this.resolveModel(model);
     return this.nodes.filter((n) =>
-      n.state === "healthy" && n.models.some((m) => m.id === id)
+      n.state === "healthy" &&
+      n.models.some((m) => m.id === id && m.servable !== false)
     );
   }
 
@@ -333,6 +334,7 @@ export class StaticFleet implements Fleet {
     for (const n of this.nodes) {
       if (n.state !== "healthy") continue;
       for (const m of n.models) {
+        if (m.servable === false) continue;
         const e = out.get(m.id) ??
           {
             id: m.id,

@@ -490,7 +490,11 @@ export async function messages(
     ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
     ex.finish();
     return new Response(JSON.stringify(toMessage(up.json, ex, p.model)), {
-      headers: { "content-type": "application/json", ...headers },
+      headers: {
+        "content-type": "application/json",
+        ...headers,
+        ...(ex.usageBasis ? { "x-orchard-usage": ex.usageBasis } : {}),
+      },
     });
   } catch (e) {
     return fail(ex, e, anthropicError);

@@ -25,6 +25,7 @@ import {
   requireScope,
 } from "./auth.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import type { ReportedUsage, UsageBasis } from "./normalise.ts";
 import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { NodeRouter, type RouterOptions } from "./router.ts";
@@ -296,6 +297,8 @@ export class Exchange {
   completionTokens = 0;
   /** Prompt tokens the node served from its prefix cache, when it says. */
   cachedTokens: number | null = null;
+  /** How usage was made when the engine reported none (null: reported). */
+  usageBasis: UsageBasis | null = null;
   ttftMs: number | null = null;
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
@@ -351,11 +354,12 @@ export class Exchange {
 
   /** Sets billed usage from the node's report (may be null) and what was counted. */
   bill(
-    reported: { prompt: number; completion: number; cached?: number } | null,
+    reported: ReportedUsage | null,
     counted: number,
     countedChunks: number,
   ): void {
     this.cachedTokens = reported?.cached ?? null;
+    this.usageBasis = reported ? reported.basis ?? null : "estimated";
     const promptCap = this.promptUpper;
     this.promptTokens = reported
       ? Math.min(reported.prompt, promptCap)
@@ -421,6 +425,7 @@ export class Exchange {
       ttftMs: this.ttftMs,
       status: this.status,
       outcome: this.outcome,
+      ...(this.usageBasis ? { usageBasis: this.usageBasis } : {}),
     });
   }
 }

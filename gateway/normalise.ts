@@ -12,12 +12,23 @@ import {
 } from "../lib/openai_tool_calls.ts";
 import { utf8Length } from "./tokens.ts";
 
+/**
+ * How usage was made when the engine reported none: "counted" by the node
+ * with the model's tokenizer, or "estimated" (by the node without one, or
+ * here when the node's usage never came). Said to the client in an
+ * `x-orchard-usage` header (non-stream) and the usage object's
+ * `orchard_usage`, and kept in the usage record.
+ */
+export type UsageBasis = "counted" | "estimated";
+
 /** Usage as reported by a node (validated). */
 export interface ReportedUsage {
   prompt: number;
   completion: number;
   /** Prompt tokens the engine reused from its prefix cache (when it says). */
   cached?: number;
+  /** Set when the node made the figures itself (its `orchard_usage`). */
+  basis?: UsageBasis;
 }
 
 const isObj = (v: unknown): v is Record<string, unknown> =>
@@ -34,18 +45,26 @@ export function readUsage(u: unknown): ReportedUsage | null {
   const cached = isObj(details) && count(details.cached_tokens)
     ? Math.min(details.cached_tokens as number, u.prompt_tokens as number)
     : undefined;
+  const basis = u.orchard_usage === "counted" || u.orchard_usage === "estimated"
+    ? u.orchard_usage
+    : undefined;
   return {
     prompt: u.prompt_tokens as number,
     completion: u.completion_tokens as number,
     ...(cached === undefined ? {} : { cached }),
+    ...(basis === undefined ? {} : { basis }),
   };
 }
 
-/** OpenAI's usage object for billed figures (with the cached share when known). */
+/**
+ * OpenAI's usage object for billed figures (with the cached share when
+ * known, and `orchard_usage` when the engine did not report them).
+ */
 export function usageObject(
   prompt: number,
   completion: number,
   cached: number | null,
+  basis: UsageBasis | null = null,
 ): Record<string, unknown> {
   return {
     prompt_tokens: prompt,
@@ -54,6 +73,7 @@ export function usageObject(
     ...(cached === null
       ? {}
       : { prompt_tokens_details: { cached_tokens: Math.min(cached, prompt) } }),
+    ...(basis === null ? {} : { orchard_usage: basis }),
   };
 }
 
@@ -203,6 +223,7 @@ export class ChunkNormaliser {
     prompt: number,
     completion: number,
     cached: number | null,
+    basis: UsageBasis | null = null,
   ): string {
     return JSON.stringify({
       id: this.id,
@@ -210,7 +231,7 @@ export class ChunkNormaliser {
       created: this.created,
       model: this.model,
       choices: [],
-      usage: usageObject(prompt, completion, cached),
+      usage: usageObject(prompt, completion, cached, basis),
     });
   }
 }

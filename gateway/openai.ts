@@ -42,16 +42,20 @@ export class OpenAISink implements StreamSink {
     return out === null ? null : `data: ${out}\n\n`;
   }
   end(): string {
+    const basis = this.ex.usageBasis;
+    // headers are long gone: a stream says it in a comment, and in its usage chunk
+    const note = basis ? `: x-orchard-usage: ${basis}\n\n` : "";
     const usage = this.includeUsage
       ? `data: ${
         this.norm.usageChunk(
           this.ex.promptTokens,
           this.ex.completionTokens,
           this.ex.cachedTokens,
+          basis,
         )
       }\n\n`
       : "";
-    return `${usage}data: [DONE]\n\n`;
+    return `${note}${usage}data: [DONE]\n\n`;
   }
   error(e: OpenAIError): string {
     return e.toSSE();
@@ -105,6 +109,7 @@ function json(ex: Exchange, body: unknown): Response {
     headers: {
       "content-type": "application/json",
       ...ex.headers,
+      ...(ex.usageBasis ? { "x-orchard-usage": ex.usageBasis } : {}),
       "x-request-id": ex.requestId,
     },
   });
@@ -167,7 +172,12 @@ export async function completions(
 }
 
 function usage(ex: Exchange) {
-  return usageObject(ex.promptTokens, ex.completionTokens, ex.cachedTokens);
+  return usageObject(
+    ex.promptTokens,
+    ex.completionTokens,
+    ex.cachedTokens,
+    ex.usageBasis,
+  );
 }
 
 /** Encodes floats as base64 of little-endian float32, as OpenAI does. */
@@ -235,7 +245,11 @@ export async function embeddings(
     );
     ex.completionTokens = 0;
     ex.finish();
-    const u = { prompt_tokens: ex.promptTokens, total_tokens: ex.promptTokens };
+    const u = {
+      prompt_tokens: ex.promptTokens,
+      total_tokens: ex.promptTokens,
+      ...(ex.usageBasis ? { orchard_usage: ex.usageBasis } : {}),
+    };
     return json(ex, { object: "list", data: out, model: m.id, usage: u });
   } catch (e) {
     return fail(ex, e);

@@ -7,6 +7,7 @@
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Exchange } from "./core.ts";
+import type { ReportedUsage } from "./normalise.ts";
 import { UpstreamStreamError } from "./sse.ts";
 import { stoppedCall, stoppingError, type UpstreamResult } from "./upstream.ts";
 
@@ -25,9 +26,7 @@ export interface StreamSink {
   /** Whether the last `data` delivered generated text (first-token time). */
   readonly sawText: boolean;
   /** Billing figures gathered so far. */
-  readonly reported:
-    | { prompt: number; completion: number; cached?: number }
-    | null;
+  readonly reported: ReportedUsage | null;
   readonly counted: number;
   readonly chunks: number;
 }

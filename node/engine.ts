@@ -36,6 +36,13 @@ export interface EngineModel {
   embeddings?: boolean;
   /** What the model's chat template adds to a conversation, when the engine knows it. */
   promptOverhead?: PromptOverhead;
+  /**
+   * False for a model the engine lists but cannot serve now (an Exo model
+   * card not downloaded, or not placed): nothing is routed to it, and the
+   * gateway answers 503 `model_unavailable` for it rather than 404.
+   * Absent: servable.
+   */
+  servable?: false;
 }
 
 /**

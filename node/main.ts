@@ -19,6 +19,10 @@ const FLAGS = {
   models: ["ORCHARD_MODELS_DIR", "GGUF directory for llama (./models)"],
   upstream: ["ORCHARD_UPSTREAM_URL", "OpenAI-compatible server for openai"],
   "upstream-key": ["ORCHARD_UPSTREAM_API_KEY", "bearer key for the upstream"],
+  tokenizers: [
+    "ORCHARD_TOKENIZER_DIRS",
+    "openai: more folders of model folders with tokenizer.json (colon-separated)",
+  ],
   port: ["ORCHARD_NODE_PORT", "port to listen on (8100)"],
   host: ["ORCHARD_NODE_HOST", "address to listen on (0.0.0.0)"],
   advertise: ["ORCHARD_NODE_ADVERTISE_URL", "URL the gateway calls"],
@@ -98,6 +102,9 @@ export function parseNodeArgs(
     modelsDir: get("models") ?? "./models",
     upstreamUrl: get("upstream") ?? null,
     upstreamApiKey: get("upstream-key") ?? null,
+    tokenizerDirs: (get("tokenizers") ?? "").split(
+      Deno.build.os === "windows" ? ";" : ":",
+    ).filter(Boolean),
     port: int("port", get("port"), 0, 65535) ?? 8100,
     host: get("host") ?? "0.0.0.0",
     advertiseUrl: get("advertise") ?? null,

@@ -164,12 +164,13 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
     }));
   app.get("/v1/models", async (c) => {
     const created = Math.floor(Date.now() / 1000);
-    const data = (await engine.models()).map((m) => ({
-      id: m.id,
-      object: "model",
-      created,
-      owned_by: "orchard",
-    }));
+    const data = (await engine.models()).filter((m) => m.servable !== false)
+      .map((m) => ({
+        id: m.id,
+        object: "model",
+        created,
+        owned_by: "orchard",
+      }));
     return c.json({ object: "list", data });
   });
 

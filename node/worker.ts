@@ -15,6 +15,7 @@ import {
 import { createGatewayVerifier } from "./auth.ts";
 import type { Engine } from "./engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
+import { defaultTokenizerSearch } from "./engines/tokens.ts";
 import { sendHeartbeat, startHeartbeat } from "./heartbeat.ts";
 import {
   defaultStateDir,
@@ -40,6 +41,12 @@ export interface NodeWorkerOptions {
   /** OpenAI-compatible server for the openai engine. */
   upstreamUrl?: string | null;
   upstreamApiKey?: string | null;
+  /**
+   * openai: folders of model folders to look for tokenizers in, before the
+   * usual places (node/engines/tokens.ts), for usage the upstream does not
+   * report.
+   */
+  tokenizerDirs?: string[];
   /** Port to listen on (default 8100; 0 picks a free one). */
   port?: number;
   /** Address to listen on (default 0.0.0.0). */
@@ -88,10 +95,15 @@ export async function createEngine(opts: NodeWorkerOptions): Promise<Engine> {
         "Cannot start the openai engine: --upstream URL (ORCHARD_UPSTREAM_URL) is required",
       );
     }
+    const search = defaultTokenizerSearch();
     return createOpenAIEngine({
       upstreamUrl: opts.upstreamUrl,
       apiKey: opts.upstreamApiKey ?? undefined,
       slots: opts.slots,
+      tokenizerSearch: {
+        ...search,
+        dirs: [...new Set([...opts.tokenizerDirs ?? [], ...search.dirs])],
+      },
     });
   }
   let mod: { createLlamaEngine?: (o: Record<string, unknown>) => Engine };

@@ -1,6 +1,7 @@
 /**
  * `/models` (platform admins only): which node serves which model, whether
- * it is loaded, and the aliases clients may use.
+ * it is loaded (or listed by its engine but not servable: the gateway
+ * answers 503 for it), and the aliases clients may use.
  */
 import { Hono } from "hono";
 import { Badge, Card, Table } from "../components/ui.tsx";
@@ -15,7 +16,7 @@ interface ModelRow {
   kind: EngineModel["kind"];
   aliases: Set<string>;
   contextLength: number | null;
-  nodes: { node: NodeDetail; loaded: boolean }[];
+  nodes: { node: NodeDetail; loaded: boolean; servable: boolean }[];
 }
 
 const TONE = {
@@ -45,7 +46,11 @@ export const modelsRoutes = new Hono<PortalEnv>().get("/", async (c) => {
         rows.set(m.id, r);
       }
       for (const a of m.aliases ?? []) r.aliases.add(a);
-      r.nodes.push({ node: n, loaded: m.loaded });
+      r.nodes.push({
+        node: n,
+        loaded: m.loaded,
+        servable: m.servable !== false,
+      });
     }
   }
   const list = [...rows.values()].sort((a, b) => a.id.localeCompare(b.id));
@@ -73,11 +78,13 @@ export const modelsRoutes = new Hono<PortalEnv>().get("/", async (c) => {
                 <td class="mono">{[...r.aliases].join(", ") || "—"}</td>
                 <td>{r.contextLength ?? "—"}</td>
                 <td>
-                  {r.nodes.map(({ node, loaded }) => (
+                  {r.nodes.map(({ node, loaded, servable }) => (
                     <div key={node.id}>
                       {node.name}{" "}
                       <Badge tone={TONE[node.state]}>{node.state}</Badge>{" "}
-                      {loaded
+                      {!servable
+                        ? <Badge tone="warn">listed, not servable</Badge>
+                        : loaded
                         ? <Badge tone="ok">loaded</Badge>
                         : <Badge>not loaded</Badge>}
                     </div>

@@ -43,6 +43,12 @@ const TONE = {
   unhealthy: "danger",
 } as const;
 
+/** Models the node's engine lists but cannot serve now (shown as a count: Exo lists every model card it knows). */
+function unservable(n: NodeDetail): number {
+  return (n.status?.models ?? n.models).filter((m) => m.servable === false)
+    .length;
+}
+
 const DONE: Record<string, string> = {
   drain:
     "Node is draining: it takes no new requests and finishes what it is doing.",
@@ -71,11 +77,17 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
       </td>
       <td>{n.engine}</td>
       <td>
-        {(n.status?.models ?? n.models).map((m) => (
-          <div key={m.id} class="mono">
-            {m.id} {m.loaded ? <Badge tone="ok">loaded</Badge> : null}
+        {(n.status?.models ?? n.models).filter((m) => m.servable !== false)
+          .map((m) => (
+            <div key={m.id} class="mono">
+              {m.id} {m.loaded ? <Badge tone="ok">loaded</Badge> : null}
+            </div>
+          ))}
+        {unservable(n) > 0 && (
+          <div class="muted" data-field="unservable">
+            {unservable(n)} more listed by its engine, not servable
           </div>
-        ))}
+        )}
       </td>
       <td class="mono" data-field="load">
         {s ? `${s.inFlight} / ${s.slots} (+${s.queued} queued)` : "—"}

@@ -19,7 +19,8 @@ export function createPlaygroundPage(deps: FleetPagesDeps): Hono<PortalEnv> {
     const models = [
       ...new Set(
         deps.fleet.nodes().filter((n) => n.state === "healthy").flatMap((n) =>
-          n.models.filter((m) => m.kind === "chat").map((m) => m.id)
+          n.models.filter((m) => m.kind === "chat" && m.servable !== false)
+            .map((m) => m.id)
         ),
       ),
     ].sort();

@@ -69,6 +69,7 @@ const modelSchema = z.object({
     perMessage: z.number().int().min(0).max(1e5),
     tools: z.number().int().min(0).max(1e6),
   }).optional(),
+  servable: z.literal(false).optional(),
 });
 const models = z.array(modelSchema).max(256);
 const count = z.number().int().min(0).max(1e6);

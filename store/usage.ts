@@ -39,6 +39,12 @@ export interface UsageRecord {
   /** HTTP status given to the client (200 for streams that ended with an error frame: see outcome). */
   status: number;
   outcome: "ok" | "error" | "cancelled";
+  /**
+   * How the tokens were made when the engine reported none: "counted" by
+   * the node with the model's tokenizer, or "estimated". Absent: reported
+   * by the engine (records written before this field are so read too).
+   */
+  usageBasis?: "counted" | "estimated";
 }
 
 /** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */

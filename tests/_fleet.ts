@@ -143,6 +143,16 @@ export interface FakeUpstream {
   held: Promise<void>;
   /** `hold` and `hold-head` requests open: started, not yet answered or closed by the caller. */
   holding: number;
+  /** The model ids `GET /v1/models` lists (change it to change the listing). */
+  models: string[];
+  /** Extra fields of a model's listing entry, by id (Exo's `hugging_face_id`, …). */
+  listing: Record<string, Record<string, unknown>>;
+  /** Listed models that answer 404 "not running" (default: `ghost-model`). */
+  unservable: Set<string>;
+  /** Model ids of the chat probes (1-token requests), in order. */
+  probes: string[];
+  /** `GET /v1/models` calls so far (a refresh of the engine makes one). */
+  listings: number;
   close(): Promise<void>;
 }
 
@@ -150,7 +160,10 @@ const enc = new TextEncoder();
 
 /**
  * An upstream reproducing Exo's quirks: it lists a model it is not running
- * (`ghost-model`, which answers 404 with an integer error code), labels
+ * (`ghost-model`, which answers 404 with an integer error code; `models`,
+ * `listing` and `unservable` change what it lists and serves, `probes` and
+ * `listings` say what the engine asked), stamps each listing's `created`
+ * anew, labels
  * stream chunks `chat.completion`, attaches usage to the last content chunk,
  * and gives no usage at all on legacy completions. A chat message "hold"
  * streams one chunk and waits for `release()`, "hold-head" waits for it
@@ -158,7 +171,9 @@ const enc = new TextEncoder();
  * names a scripted quirk (tests/fixtures/upstream_quirks.ts: "exo-v1",
  * "mlx-2025", …) gets that server's answer.
  */
-export function startFakeUpstream(): FakeUpstream {
+export function startFakeUpstream(
+  opts: { models?: string[] } = {},
+): FakeUpstream {
   const requests: Record<string, unknown>[] = [];
   let releaseHold = () => {};
   let heldStarted = () => {};
@@ -180,22 +195,30 @@ export function startFakeUpstream(): FakeUpstream {
     async (req) => {
       const path = new URL(req.url).pathname;
       if (req.method === "GET" && path === "/v1/models") {
+        const n = ++fake.listings;
         return Response.json({
           object: "list",
-          data: ["tiny-chat", "ghost-model", "nomic-embed"].map((id) => ({
+          data: fake.models.map((id) => ({
             id,
             object: "model",
+            created: 1_700_000_000 + n, // stamped at each call, as mlx_lm.server does
+            ...fake.listing[id],
           })),
         });
       }
       const body = await req.json();
-      if (body.model === "ghost-model") {
+      if (body.max_tokens === 1 && path === "/v1/chat/completions") {
+        fake.probes.push(String(body.model));
+      }
+      if (
+        fake.unservable.has(body.model) || !fake.models.includes(body.model)
+      ) {
         return Response.json({
-          error: { message: "Model ghost-model is not running", code: 404 },
+          error: { message: `Model ${body.model} is not running`, code: 404 },
         }, { status: 404 });
       }
       if (path === "/v1/embeddings") {
-        if (body.model !== "nomic-embed") {
+        if (!/embed/.test(body.model)) {
           return Response.json({ detail: "not an embedding model" }, {
             status: 400,
           });
@@ -209,7 +232,7 @@ export function startFakeUpstream(): FakeUpstream {
           usage: { prompt_tokens: 3, total_tokens: 3 },
         });
       }
-      if (body.model === "nomic-embed") {
+      if (/embed/.test(body.model)) {
         return Response.json({
           error: { message: "embedding only", code: 400 },
         }, {
@@ -299,6 +322,11 @@ export function startFakeUpstream(): FakeUpstream {
     release: () => releaseHold(),
     held,
     holding: 0,
+    models: opts.models ?? ["tiny-chat", "ghost-model", "nomic-embed"],
+    listing: {},
+    unservable: new Set(["ghost-model"]),
+    probes: [],
+    listings: 0,
     close: async () => {
       releaseHold();
       await server.shutdown();

@@ -74,10 +74,13 @@ Deno.test("node enrolls with a join token, heartbeats, and restarts with the sam
   });
   assert.equal(view.name, "mac-1");
   assert.equal(view.url, first.url);
-  assert.deepEqual(view.status.models.map((m: { id: string }) => m.id).sort(), [
-    "nomic-embed",
-    "tiny-chat",
-  ]);
+  // what the engine serves, and what its upstream lists but cannot serve
+  assert.deepEqual(
+    view.status.models.map((
+      m: { id: string; servable?: boolean },
+    ) => [m.id, m.servable ?? true]).sort(),
+    [["ghost-model", false], ["nomic-embed", true], ["tiny-chat", true]],
+  );
   assert.equal(view.probe.schema, "orchard.probe.basic/1");
   assert.equal("publicJwk" in view, false);
   await first.close();

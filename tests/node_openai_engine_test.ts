@@ -1,12 +1,31 @@
 import assert from "node:assert/strict";
-import { createOpenAIEngine } from "../node/engines/openai.ts";
-import { readSse, startFakeUpstream } from "./_fleet.ts";
+import { join } from "node:path";
+import {
+  createOpenAIEngine,
+  type OpenAIEngineOptions,
+} from "../node/engines/openai.ts";
+import { readSse, startFakeUpstream, until } from "./_fleet.ts";
+import {
+  writeHubSnapshot,
+  writeTokenizerFixture,
+} from "./fixtures/tokenizer.ts";
 
 const signal = () => new AbortController().signal;
 
-async function setup(opts: { slots?: number; maxQueue?: number } = {}) {
-  const up = startFakeUpstream();
-  const engine = createOpenAIEngine({ upstreamUrl: up.url, ...opts });
+/** No tokenizer anywhere unless a test lays one out. */
+const NO_TOKENIZERS = { dirs: [], hubCache: null };
+
+async function setup(
+  opts: Partial<OpenAIEngineOptions> & {
+    upstream?: ReturnType<typeof startFakeUpstream>;
+  } = {},
+) {
+  const up = opts.upstream ?? startFakeUpstream();
+  const engine = createOpenAIEngine({
+    upstreamUrl: up.url,
+    tokenizerSearch: NO_TOKENIZERS,
+    ...opts,
+  });
   await engine.start();
   return {
     up,
@@ -18,14 +37,24 @@ async function setup(opts: { slots?: number; maxQueue?: number } = {}) {
   };
 }
 
-Deno.test("openai engine lists only models the upstream actually serves", async () => {
-  await using t = await setup();
+Deno.test("openai engine serves only models that answer a probe, and reports a listed one that does not as not servable", async () => {
+  await using t = await setup({ probeBackoff: { now: () => 0 } });
   const models = await t.engine.models();
-  assert.deepEqual(
-    models.map((m) => [m.id, m.kind]).sort(),
-    [["nomic-embed", "embedding"], ["tiny-chat", "chat"]],
-  );
+  assert.deepEqual(models, [
+    { id: "tiny-chat", loaded: true, kind: "chat" },
+    { id: "nomic-embed", loaded: true, kind: "embedding" },
+    { id: "ghost-model", loaded: false, kind: "chat", servable: false },
+  ]);
   assert.equal(t.engine.stats().healthy, true);
+  const ghost = await t.engine.chatCompletions({
+    model: "ghost-model",
+    messages: [{ role: "user", content: "hi" }],
+  }, signal());
+  assert.equal(ghost.status, 503);
+  assert.equal(ghost.headers.get("retry-after"), "30");
+  const err = (await ghost.json()).error;
+  assert.equal(err.code, "model_unavailable");
+  assert.equal(err.type, "server_error");
 });
 
 Deno.test("openai engine turns Exo's stream into exact chat.completion.chunk frames with a final usage chunk", async () => {
@@ -97,12 +126,12 @@ Deno.test("openai engine normalises non-stream responses and integer error codes
     },
   });
 
-  const ghost = await t.engine.chatCompletions({
-    model: "ghost-model",
+  const unknown = await t.engine.chatCompletions({
+    model: "no-such-model",
     messages: [],
   }, signal());
-  assert.equal(ghost.status, 404);
-  assert.equal((await ghost.json()).error.code, "model_not_found");
+  assert.equal(unknown.status, 404);
+  assert.equal((await unknown.json()).error.code, "model_not_found");
 });
 
 Deno.test("openai engine estimates usage when the upstream gives none, and says so", async () => {
@@ -121,8 +150,13 @@ Deno.test("openai engine estimates usage when the upstream gives none, and says 
   );
   const last = chunks.at(-1);
   assert.deepEqual(last.choices, []);
-  assert.equal(last.usage.prompt_tokens, 3);
-  assert.equal(last.usage.completion_tokens, 3);
+  // "Say hello": two words; "Hello world" in two chunks
+  assert.deepEqual(last.usage, {
+    prompt_tokens: 2,
+    completion_tokens: 2,
+    total_tokens: 4,
+    orchard_usage: "estimated",
+  });
   assert.ok(comments.some((c) => c.includes("usage estimated")));
 });
 
@@ -450,5 +484,213 @@ Deno.test("openai engine infers 'length' when the completion reached max_tokens 
     const body = await (await ask(t, "cut-no-finish", { max_tokens: max }))
       .json();
     assert.equal(body.choices[0].finish_reason, want);
+  }
+});
+
+// ---- In front of Exo: probing with backoff, real finish reasons, usage it does not report
+
+/** A clock the engine's probe backoff reads; `advance` moves it. */
+function fakeClock() {
+  let t = 1_000_000;
+  return { now: () => t, advance: (ms: number) => void (t += ms) };
+}
+
+/** Waits until the engine has run `n` whole refreshes from now. */
+async function refreshes(
+  t: Awaited<ReturnType<typeof setup>>,
+  n = 1,
+): Promise<void> {
+  const from = t.up.listings;
+  // refresh k+1 starts only after refresh k ended: n+1 listings = n whole refreshes
+  await until("engine refreshes", () => t.up.listings >= from + n + 1);
+}
+
+const ghostProbes = (t: Awaited<ReturnType<typeof setup>>) =>
+  t.up.probes.filter((m) => m === "ghost-model").length;
+
+Deno.test("openai engine probes an unservable model once, then after 30 s, 1 min, 2 min … up to 10 min", async () => {
+  const clock = fakeClock();
+  await using t = await setup({
+    refreshMs: 5,
+    probeBackoff: { now: clock.now },
+  });
+  assert.equal(ghostProbes(t), 1, "probed at start");
+  await refreshes(t, 3);
+  assert.equal(ghostProbes(t), 1, "not again within 30 s (created changes)");
+  let probes = 1;
+  for (const waitS of [30, 60, 120, 240, 480, 600, 600]) {
+    clock.advance(waitS * 1000 - 1);
+    await refreshes(t, 2);
+    assert.equal(ghostProbes(t), probes, `not before ${waitS} s`);
+    clock.advance(1);
+    await refreshes(t);
+    assert.equal(ghostProbes(t), ++probes, `probed after ${waitS} s`);
+  }
+  const [, , ghost] = await t.engine.models();
+  assert.deepEqual(ghost, {
+    id: "ghost-model",
+    loaded: false,
+    kind: "chat",
+    servable: false,
+  });
+  const res = await t.engine.chatCompletions({
+    model: "ghost-model",
+    messages: [{ role: "user", content: "hi" }],
+  }, signal());
+  assert.equal(res.status, 503);
+  assert.equal(res.headers.get("retry-after"), "600");
+  await res.body?.cancel();
+});
+
+Deno.test("openai engine probes an unservable model again at once when its listing changes, and serves it once it answers", async () => {
+  const clock = fakeClock();
+  await using t = await setup({
+    refreshMs: 5,
+    probeBackoff: { now: clock.now },
+  });
+  assert.equal(ghostProbes(t), 1);
+  // Exo's entry says something new (e.g. the download finished)
+  t.up.listing["ghost-model"] = { storage_size_megabytes: 512 };
+  await refreshes(t);
+  assert.equal(ghostProbes(t), 2, "probed at once");
+  await refreshes(t, 2);
+  assert.equal(ghostProbes(t), 2, "then backs off again");
+  // it leaves the list and comes back
+  t.up.models = ["tiny-chat", "nomic-embed"];
+  await refreshes(t);
+  assert.deepEqual((await t.engine.models()).map((m) => m.id), [
+    "tiny-chat",
+    "nomic-embed",
+  ]);
+  t.up.models = ["tiny-chat", "ghost-model", "nomic-embed"];
+  await refreshes(t);
+  assert.equal(ghostProbes(t), 3, "probed at once when listed again");
+  // it becomes servable: found at its next probe, then never probed again
+  t.up.unservable.clear();
+  clock.advance(30_000);
+  await refreshes(t);
+  assert.equal(ghostProbes(t), 4);
+  assert.deepEqual(
+    (await t.engine.models()).find((m) => m.id === "ghost-model"),
+    { id: "ghost-model", loaded: true, kind: "chat" },
+  );
+  clock.advance(3_600_000);
+  await refreshes(t, 2);
+  assert.equal(ghostProbes(t), 4);
+  const ok = await t.engine.chatCompletions({
+    model: "ghost-model",
+    messages: [{ role: "user", content: "hi" }],
+  }, signal());
+  assert.equal(ok.status, 200);
+  await ok.body?.cancel();
+});
+
+Deno.test("openai engine ends an Exo stream whose finish_reason stays null with 'length' at max_tokens, else 'stop' (and so without a stream)", async () => {
+  await using t = await setup();
+  const cases = [
+    [{ max_tokens: 4 }, "length"],
+    [{ max_completion_tokens: 4 }, "length"],
+    [{ max_tokens: 10, max_completion_tokens: 4 }, "length"],
+    [{ max_tokens: 10 }, "stop"],
+    [{}, "stop"],
+  ] as const;
+  for (const [caps, want] of cases) {
+    const { choices, comments } = await chunksOf(
+      await ask(t, "exo-null-finish", { stream: true, ...caps }),
+    );
+    assert.equal(
+      choices.map((c) => c.delta.content ?? "").join(""),
+      "one two three four",
+    );
+    assert.deepEqual(
+      choices.map((c) => c.finish_reason),
+      [null, null, null, null, want],
+      JSON.stringify(caps),
+    );
+    assert.deepEqual(choices.at(-1)!.delta, {});
+    assert.ok(comments.some((c) => c.includes("usage estimated")));
+
+    const res = await ask(t, "exo-null-finish", caps);
+    assert.equal(res.headers.get("x-orchard-usage"), "estimated");
+    const body = await res.json();
+    assert.deepEqual(body.choices, [{
+      index: 0,
+      logprobs: null,
+      finish_reason: want,
+      message: { role: "assistant", content: "one two three four" },
+    }], JSON.stringify(caps));
+    assert.equal(body.object, "chat.completion");
+    assert.equal(body.usage.completion_tokens, 4);
+    assert.equal(body.usage.orchard_usage, "estimated");
+  }
+});
+
+Deno.test("openai engine counts usage the upstream does not report with the model's tokenizer.json from the Hugging Face cache", async () => {
+  const hub = await Deno.makeTempDir({ prefix: "orchard-hub-" });
+  try {
+    await writeHubSnapshot(hub, "tiny-chat");
+    await using t = await setup({
+      tokenizerSearch: { dirs: [], hubCache: hub },
+    });
+    // <|user|> exo - null - finish <|end|> <|assistant|>: 8 (estimated: 12)
+    const want = {
+      prompt_tokens: 8,
+      completion_tokens: 4,
+      total_tokens: 12,
+      orchard_usage: "counted",
+    };
+    const res = await ask(t, "exo-null-finish", { max_tokens: 4 });
+    assert.equal(res.headers.get("x-orchard-usage"), "counted");
+    const body = await res.json();
+    assert.deepEqual(body.usage, want);
+    assert.equal(body.choices[0].finish_reason, "length");
+
+    const { data, comments } = await readSse(
+      await ask(t, "exo-null-finish", { stream: true, max_tokens: 5 }),
+    );
+    const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
+    assert.equal(chunks.at(-2).choices[0].finish_reason, "stop");
+    assert.deepEqual(chunks.at(-1).usage, want);
+    assert.ok(comments.some((c) => c.includes("with the model's tokenizer")));
+
+    // an upstream that reports usage keeps its own figures, unmarked
+    const exo = await (await ask(t, "exo-v1")).json();
+    assert.deepEqual(exo.usage, {
+      prompt_tokens: 9,
+      completion_tokens: 8,
+      total_tokens: 17,
+    });
+  } finally {
+    await Deno.remove(hub, { recursive: true });
+  }
+});
+
+Deno.test("openai engine finds a tokenizer in Exo's model folder under the repo id its listing gives", async () => {
+  const models = await Deno.makeTempDir({ prefix: "orchard-exo-models-" });
+  try {
+    await writeTokenizerFixture(join(models, "test-org--tiny-chat-4bit"));
+    const up = startFakeUpstream();
+    up.listing["tiny-chat"] = { hugging_face_id: "test-org/tiny-chat-4bit" };
+    await using t = await setup({
+      upstream: up,
+      tokenizerSearch: { dirs: [models], hubCache: null },
+    });
+    const { data } = await readSse(
+      await t.engine.completions({
+        model: "tiny-chat",
+        prompt: "hi hi",
+        stream: true,
+      }, signal()),
+    );
+    const usage = JSON.parse(data.at(-2)!).usage;
+    // "Hello world": one unknown word-level token each
+    assert.deepEqual(usage, {
+      prompt_tokens: 2,
+      completion_tokens: 2,
+      total_tokens: 4,
+      orchard_usage: "counted",
+    });
+  } finally {
+    await Deno.remove(models, { recursive: true });
   }
 });

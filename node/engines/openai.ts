@@ -1,9 +1,13 @@
 /**
  * The `openai` engine: fronts an OpenAI-compatible server on the Mac (Exo,
  * mlx_lm.server, llama-server, Ollama, vLLM). It discovers the upstream's
- * models and keeps only those that actually answer, forwards requests with
- * a slot limit, and returns exact OpenAI shapes (see openai_shapes.ts and
- * openai_stream.ts).
+ * models and serves only those that actually answer a probe; one listed
+ * that does not (Exo lists every model card it knows, downloaded or not) is
+ * reported as not servable and probed again with backoff (_probes.ts). It
+ * forwards requests with a slot limit, and returns exact OpenAI shapes (see
+ * openai_shapes.ts and openai_stream.ts), with usage counted with the
+ * model's tokenizer (or estimated) when the upstream reports none
+ * (tokens.ts).
  *
  * Request fields reach the upstream unchanged (`tools`, `tool_choice`,
  * `parallel_tool_calls`, `response_format`, `logprobs`, `top_logprobs`, …;
@@ -22,14 +26,24 @@ import type {
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "./_load.ts";
 import {
+  listingSignature,
+  ProbeBackoff,
+  type ProbeBackoffOptions,
+} from "./_probes.ts";
+import {
   askedOf,
+  hasUsage,
+  type Json,
   type Kind,
   normaliseCompletion,
   normaliseUsage,
-  promptText,
   upstreamError,
 } from "./openai_shapes.ts";
 import { normaliseStream } from "./openai_stream.ts";
+import { ESTIMATOR, TokenCounters, type TokenizerSearch } from "./tokens.ts";
+
+/** Most models reported to the gateway (the heartbeat's limit): servable ones first. */
+const MAX_REPORTED_MODELS = 256;
 
 /** Options of `createOpenAIEngine`. */
 export interface OpenAIEngineOptions {
@@ -53,6 +67,13 @@ export interface OpenAIEngineOptions {
   verifyModels?: boolean;
   /** Timeout of each probe request (default 30 s). */
   probeTimeoutMs?: number;
+  /**
+   * Re-probing of a listed model whose probe failed (default: after 30 s,
+   * then doubling up to 10 min), and the clock it uses.
+   */
+  probeBackoff?: ProbeBackoffOptions;
+  /** Where models' tokenizers are looked for (default: tokens.ts `defaultTokenizerSearch`). */
+  tokenizerSearch?: TokenizerSearch;
 }
 
 /** Creates the engine (call `start()` before use). */
@@ -69,7 +90,14 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   const probeTimeoutMs = opts.probeTimeoutMs ?? 30_000;
   const verify = opts.verifyModels ?? true;
   let served = new Map<string, EngineModel>();
+  /** Listed but not answering: reported as not servable. */
+  let unservable = new Map<string, EngineModel>();
+  /** Each listed model's names a tokenizer may be found under (its id, the repo ids its entry gives). */
+  let names = new Map<string, string[]>();
   const verified = new Map<string, EngineModel["kind"]>();
+  const backoff = new ProbeBackoff(opts.probeBackoff);
+  const now = opts.probeBackoff?.now ?? Date.now;
+  const counters = new TokenCounters({ search: opts.tokenizerSearch, now });
   let health: { healthy: boolean; detail?: string } = {
     healthy: false,
     detail: "not started",
@@ -131,22 +159,79 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       await res.body?.cancel();
       throw new Error(`GET /v1/models answered ${res.status}`);
     }
-    const json = await res.json() as { data?: { id?: unknown }[] };
-    const ids = (json.data ?? []).map((m) => m.id).filter((
-      id,
-    ): id is string => typeof id === "string" && id.length > 0);
+    const json = await res.json() as { data?: unknown };
+    const entries = new Map<string, Json>();
+    for (const m of Array.isArray(json.data) ? json.data : []) {
+      const e = (m ?? {}) as Json;
+      if (typeof e.id === "string" && e.id.length > 0 && !entries.has(e.id)) {
+        entries.set(e.id, e);
+      }
+    }
+    backoff.retain(new Set(entries.keys()));
     const next = new Map<string, EngineModel>();
-    for (const id of ids) {
-      let kind = verified.get(id) ?? null;
-      if (!kind) {
-        kind = verify ? await probe(id) : "chat";
-        if (kind) verified.set(id, kind);
-        else log.info("upstream model is listed but not servable", { id });
+    const notServed = new Map<string, EngineModel>();
+    const nextNames = new Map<string, string[]>();
+    for (const [id, entry] of entries) {
+      nextNames.set(id, namesOf(id, entry));
+      let kind = verified.get(id) ?? (verify ? null : "chat");
+      const listing = listingSignature(entry);
+      if (!kind && backoff.due(id, listing)) {
+        const wasFailing = backoff.failing(id);
+        kind = await probe(id);
+        if (closed) return;
+        if (kind) {
+          verified.set(id, kind);
+          backoff.succeeded(id);
+          if (wasFailing) log.info("upstream model is servable now", { id });
+        } else {
+          const failures = backoff.failed(id, listing);
+          const nextProbeInS = Math.round(
+            ((backoff.nextProbeAt(id) ?? now()) - now()) / 1000,
+          );
+          // said once: Exo lists every model card it knows
+          if (failures === 1) {
+            log.info("upstream model is listed but not servable", {
+              id,
+              nextProbeInS,
+            });
+          } else {
+            log.debug("upstream model still not servable", {
+              id,
+              failures,
+              nextProbeInS,
+            });
+          }
+        }
       }
       if (kind) next.set(id, { id, loaded: true, kind });
+      else {
+        notServed.set(id, {
+          id,
+          loaded: false,
+          kind: /embed/i.test(id) ? "embedding" : "chat",
+          servable: false,
+        });
+      }
     }
     for (const id of verified.keys()) if (!next.has(id)) verified.delete(id);
     served = next;
+    unservable = notServed;
+    names = nextNames;
+    counters.retain(new Set(next.keys()));
+  }
+
+  /** The names a model's tokenizer may be found under: its id, and the repo ids its listing gives (Exo's `hugging_face_id`, vLLM's `root`). */
+  function namesOf(id: string, entry: Json): string[] {
+    const out = [id];
+    for (const k of ["hugging_face_id", "huggingface_id", "root"]) {
+      const v = entry[k];
+      if (typeof v === "string" && v && !out.includes(v)) out.push(v);
+    }
+    return out;
+  }
+
+  function counterOf(model: string) {
+    return counters.get(model, names.get(model) ?? [model]);
   }
 
   async function refresh(): Promise<void> {
@@ -197,6 +282,18 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
         param: "model",
       });
     }
+    if (unservable.has(model)) {
+      const at = backoff.nextProbeAt(model) ?? now();
+      const wait = Math.min(600, Math.max(1, Math.ceil((at - now()) / 1000)));
+      throw new OpenAIError(
+        503,
+        "model_unavailable",
+        `The model '${
+          model.slice(0, 200)
+        }' is listed by this node's engine but cannot be served now (not downloaded or not loaded)`,
+        { type: "server_error", headers: { "retry-after": String(wait) } },
+      );
+    }
     if (!served.has(model)) {
       throw new OpenAIError(
         404,
@@ -234,21 +331,29 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
         });
       });
       if (!res.ok) throw await upstreamError(res);
-      const prompt = promptText(body);
       const asked = askedOf(body, kind);
       if (!stream || !res.body) {
-        const { body: out, usage, estimated, logprobsMissing } =
-          normaliseCompletion(await res.json(), kind, model, prompt, asked);
+        const json = await res.json();
+        // the tokenizer is loaded only when the upstream reports no usage
+        const counter = hasUsage(json) ? ESTIMATOR : await counterOf(model);
+        const { body: out, usage, basis, logprobsMissing } =
+          normaliseCompletion(json, kind, model, body, asked, counter);
         meter.add(usage.completion_tokens);
         const h: Record<string, string> = {};
-        if (estimated) h["x-orchard-usage"] = "estimated";
+        if (basis) h["x-orchard-usage"] = basis;
         if (logprobsMissing) h["x-orchard-logprobs"] = "missing";
         return Response.json(out, { headers: h });
       }
       const done = release;
       release = undefined; // the stream releases the slot when it ends
       let counted = 0;
-      const sse = normaliseStream(res.body, kind, model, prompt, asked, {
+      const sse = normaliseStream(res.body, {
+        kind,
+        model,
+        request: body,
+        asked,
+        counter: () => counterOf(model),
+      }, {
         onTokens(n) {
           counted += n;
           meter.add(n);
@@ -282,7 +387,11 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       schedule();
     },
     models() {
-      return Promise.resolve([...served.values()]);
+      const room = Math.max(0, MAX_REPORTED_MODELS - served.size);
+      return Promise.resolve([
+        ...served.values(),
+        ...[...unservable.values()].slice(0, room),
+      ]);
     },
     chatCompletions: (body, signal) => generate("chat", body, signal),
     completions: (body, signal) => generate("text", body, signal),
@@ -317,13 +426,19 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
           };
         });
         const u = normaliseUsage(json.usage);
-        const p = u?.prompt_tokens ??
-          Math.max(1, Math.ceil(promptText(body).length / 4));
+        const counter = u ? null : await counterOf(model);
+        const p = u?.prompt_tokens ?? counter!.prompt(body, "embedding");
         return Response.json({
           object: "list",
           data,
           model,
-          usage: { prompt_tokens: p, total_tokens: p },
+          usage: {
+            prompt_tokens: p,
+            total_tokens: p,
+            ...(counter ? { orchard_usage: counter.basis } : {}),
+          },
+        }, {
+          headers: counter ? { "x-orchard-usage": counter.basis } : {},
         });
       } catch (err) {
         if (err instanceof OpenAIError) return err.toResponse();

@@ -6,7 +6,8 @@
  * missing ids, indexes or `finish_reason` keys, tool calls in non-exact
  * shapes (lib/openai_tool_calls.ts) with "stop" for a finish reason, logprob
  * entries without `bytes` or with extra keys, and no usage at all (then
- * estimated, and said so).
+ * counted with the model's tokenizer, or estimated, and said so: see
+ * tokens.ts).
  *
  * Logprobs are passed on as the upstream gave them when the client asked
  * (normalised; null when absent or unusable, with a note: no upstream can be
@@ -18,15 +19,21 @@ import {
   normaliseToolCalls,
   toolFinishReason,
 } from "../../lib/openai_tool_calls.ts";
+import type { TokenCounter, UsageBasis } from "./tokens.ts";
 
 /** A JSON object. */
 export type Json = Record<string, unknown>;
 
-/** OpenAI's usage object. */
+/**
+ * OpenAI's usage object; `orchard_usage` says how it was made when the
+ * upstream reported none ("counted" with the model's tokenizer, or
+ * "estimated"), and is absent when the upstream reported it.
+ */
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  orchard_usage?: UsageBasis;
 }
 
 /** "chat" for chat completions, "text" for legacy completions. */
@@ -54,27 +61,6 @@ export function int(v: unknown): number | null {
   return typeof v === "number" && Number.isFinite(v) && v >= 0
     ? Math.round(v)
     : null;
-}
-
-/** Rough token count for text when the upstream reports none (≈ 4 chars per token). */
-export function estimateTokens(text: string): number {
-  return text.length === 0 ? 0 : Math.max(1, Math.ceil(text.length / 4));
-}
-
-/** The text of the prompt of a chat, completion or embedding request. */
-export function promptText(body: Json): string {
-  const parts: string[] = [];
-  const walk = (v: unknown) => {
-    if (typeof v === "string") parts.push(v);
-    else if (Array.isArray(v)) v.forEach(walk);
-    else if (obj(v)) {
-      const o = v as Json;
-      if (typeof o.text === "string") parts.push(o.text);
-      else if (o.content !== undefined) walk(o.content);
-    }
-  };
-  walk(body.messages ?? body.prompt ?? body.input ?? "");
-  return parts.join("\n");
 }
 
 /** OpenAI usage from whatever the upstream sent, or null when unusable. */
@@ -236,25 +222,44 @@ function rawText(c: unknown, kind: Kind): string {
   return s;
 }
 
-/** Normalises a non-stream completion; `estimated` when usage was computed here. */
+/**
+ * Normalises a non-stream completion. Usage the upstream did not report is
+ * made with `counter` from the request and the choices' text (`basis` says
+ * how; null when the upstream reported it).
+ */
 export function normaliseCompletion(
   json: unknown,
   kind: Kind,
   model: string,
-  prompt: string,
+  request: Json,
   asked: Asked,
-): { body: Json; usage: Usage; estimated: boolean; logprobsMissing: boolean } {
+  counter: TokenCounter,
+): {
+  body: Json;
+  usage: Usage;
+  basis: UsageBasis | null;
+  logprobsMissing: boolean;
+} {
   const j = obj(json) ?? {};
   const raw = Array.isArray(j.choices) ? j.choices : [];
   let usage = normaliseUsage(j.usage);
-  const estimated = usage === null;
+  const basis = usage ? null : counter.basis;
+  // Each choice's own count decides its finish reason when usage is made here.
+  let perChoice: number[] | null = null;
   if (!usage) {
-    const p = estimateTokens(prompt);
-    const n = estimateTokens(raw.map((c) => rawText(c, kind)).join(""));
-    usage = { prompt_tokens: p, completion_tokens: n, total_tokens: p + n };
+    perChoice = raw.map((c) => counter.text(rawText(c, kind)));
+    const p = counter.prompt(request, kind);
+    const n = perChoice.reduce((a, b) => a + b, 0);
+    usage = {
+      prompt_tokens: p,
+      completion_tokens: n,
+      total_tokens: p + n,
+      orchard_usage: counter.basis,
+    };
   }
+  const total = usage.completion_tokens;
   const choices = raw.map((c, i) =>
-    finalChoice(obj(c) ?? {}, i, kind, asked, usage.completion_tokens)
+    finalChoice(obj(c) ?? {}, i, kind, asked, perChoice?.[i] ?? total)
   );
   const body: Json = {
     id: typeof j.id === "string" && j.id ? j.id : newId(kind),
@@ -269,7 +274,12 @@ export function normaliseCompletion(
   }
   const logprobsMissing = asked.logprobs &&
     choices.some((c) => c.logprobs === null);
-  return { body, usage, estimated, logprobsMissing };
+  return { body, usage, basis, logprobsMissing };
+}
+
+/** Whether an upstream answer carries usable usage. */
+export function hasUsage(json: unknown): boolean {
+  return normaliseUsage(obj(json)?.usage) !== null;
 }
 
 /** A fresh completion id with OpenAI's prefix. */

@@ -6,8 +6,11 @@
  * `finish_reason` or `logprobs` keys, tool-call deltas in non-exact shapes
  * (lib/openai_tool_calls.ts) and "stop" after tool calls, several JSON
  * objects in one `data:` payload, and a stream that ends without a finish
- * reason: a final chunk then gives one, "length" when the completion tokens
- * reached the cap, else "tool_calls" after tool calls, else "stop".
+ * reason (keys absent, or `null` to the end as Exo sends them): a final
+ * chunk then gives one, "length" when the completion tokens reached the
+ * cap, else "tool_calls" after tool calls, else "stop". A stream without
+ * usage gets it counted with the model's tokenizer, or estimated (tokens.ts),
+ * marked `orchard_usage` in its usage chunk.
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import {
@@ -18,7 +21,6 @@ import { sseData, sseFrame } from "./_sse.ts";
 import {
   type Asked,
   choiceLogprobs,
-  estimateTokens,
   inferFinish,
   int,
   type Json,
@@ -29,6 +31,7 @@ import {
   upstreamError,
   type Usage,
 } from "./openai_shapes.ts";
+import { estimateTokens, ESTIMATOR, type TokenCounter } from "./tokens.ts";
 
 /** Hooks a stream normaliser reports through. */
 export interface StreamHooks {
@@ -42,6 +45,10 @@ interface ChoiceState {
   roleSent: boolean;
   finished: boolean;
   calls: ToolCallDeltas;
+  /** What it generated (content, and tool-call arguments). */
+  text: string;
+  /** Chunks that carried some of it: a floor on its tokens (engines send a token or more a chunk). */
+  pieces: number;
 }
 
 /** One stream's choices, normalised chunk by chunk. */
@@ -55,7 +62,13 @@ class Choices {
   #state(index: number): ChoiceState {
     let st = this.#byIndex.get(index);
     if (!st) {
-      st = { roleSent: false, finished: false, calls: new ToolCallDeltas() };
+      st = {
+        roleSent: false,
+        finished: false,
+        calls: new ToolCallDeltas(),
+        text: "",
+        pieces: 0,
+      };
       this.#byIndex.set(index, st);
     }
     return st;
@@ -95,15 +108,31 @@ class Choices {
     return { index, delta, logprobs, finish_reason: finish };
   }
 
-  /** Closing choices for those the upstream left without a finish reason. */
-  unfinished(completionTokens: number): Json[] {
+  /** Records text a choice generated. */
+  generated(index: number, piece: string): void {
+    const st = this.#state(index);
+    st.text += piece;
+    st.pieces++;
+  }
+
+  /** Each choice's completion tokens by `counter`: at least one per chunk that carried text. */
+  counts(counter: TokenCounter): Map<number, number> {
+    const out = new Map<number, number>();
+    for (const [index, st] of this.#byIndex) {
+      out.set(index, Math.max(counter.text(st.text), st.pieces));
+    }
+    return out;
+  }
+
+  /** Closing choices for those the upstream left without a finish reason; `tokensOf` gives a choice's completion tokens. */
+  unfinished(tokensOf: (index: number) => number): Json[] {
     if (this.#byIndex.size === 0) this.#state(0);
     const out: Json[] = [];
     for (const [index, st] of this.#byIndex) {
       if (st.finished) continue;
       const finish_reason = inferFinish(
         this.asked,
-        completionTokens,
+        tokensOf(index),
         st.calls.count > 0,
       );
       const body = this.kind === "text"
@@ -128,6 +157,17 @@ function generatedText(choice: Json, kind: Kind): string {
   return s;
 }
 
+/** What a stream answers: the request and how to count its tokens. */
+export interface StreamRequest {
+  kind: Kind;
+  model: string;
+  /** The client's request body. */
+  request: Json;
+  asked: Asked;
+  /** The model's token counter: asked for only when the upstream reports no usage. */
+  counter(): Promise<TokenCounter>;
+}
+
 /**
  * Turns an upstream SSE body into exact OpenAI chunks, ending with a real
  * finish reason, one usage chunk (`choices: []`) and `data: [DONE]`; an
@@ -138,20 +178,17 @@ function generatedText(choice: Json, kind: Kind): string {
  */
 export function normaliseStream(
   upstream: ReadableStream<Uint8Array>,
-  kind: Kind,
-  model: string,
-  prompt: string,
-  asked: Asked,
+  req: StreamRequest,
   hooks: StreamHooks,
   signal?: AbortSignal,
 ): ReadableStream<Uint8Array> {
+  const { kind, model, asked } = req;
   const enc = new TextEncoder();
   const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
   const state = new Choices(kind, asked);
   let id = "";
   let created = 0;
   let usage: Usage | null = null;
-  let generated = "";
   const reader = upstream.getReader();
   const events = sseData(reader);
   let stopped = false;
@@ -178,20 +215,52 @@ export function normaliseStream(
     }));
   const comment = (text: string) => enc.encode(`: ${text}\n\n`);
 
-  const finish = (
+  /** Usage made here when the upstream sent none, and each choice's tokens. */
+  const countUsage = async (): Promise<
+    { usage: Usage; tokensOf: (i: number) => number }
+  > => {
+    const counter = await req.counter().catch(() => ESTIMATOR);
+    const counts = state.counts(counter);
+    const p = counter.prompt(req.request, kind);
+    let n = 0;
+    for (const c of counts.values()) n += c;
+    return {
+      usage: {
+        prompt_tokens: p,
+        completion_tokens: n,
+        total_tokens: p + n,
+        orchard_usage: counter.basis,
+      },
+      tokensOf: (i) => counts.get(i) ?? 0,
+    };
+  };
+
+  const finish = async (
     ctl: ReadableStreamDefaultController<Uint8Array>,
     error: OpenAIError | null,
   ) => {
     if (error) ctl.enqueue(enc.encode(error.toSSE()));
     else {
       let note = "";
-      if (!usage) {
-        const p = estimateTokens(prompt);
-        const n = estimateTokens(generated);
-        usage = { prompt_tokens: p, completion_tokens: n, total_tokens: p + n };
-        note = "usage estimated by orchard: the upstream reported none";
+      let tokensOf: (i: number) => number;
+      if (usage) {
+        const total = usage.completion_tokens;
+        tokensOf = () => total;
+      } else {
+        const made = await countUsage();
+        if (ended) return; // cancelled meanwhile
+        if (stopped) {
+          end(usage, null);
+          ctl.error(signal?.reason);
+          return;
+        }
+        usage = made.usage;
+        tokensOf = made.tokensOf;
+        note = usage.orchard_usage === "counted"
+          ? "usage counted by orchard with the model's tokenizer: the upstream reported none"
+          : "usage estimated by orchard: the upstream reported none";
       }
-      const closing = state.unfinished(usage.completion_tokens);
+      const closing = state.unfinished(tokensOf);
       if (closing.length) ctl.enqueue(chunk(closing));
       if (note) ctl.enqueue(comment(note));
       if (asked.logprobs && !state.sawLogprobs) {
@@ -215,7 +284,9 @@ export function normaliseStream(
             ctl.error(signal?.reason);
             return;
           }
-          if (done || value.trim() === "[DONE]") return finish(ctl, null);
+          if (done || value.trim() === "[DONE]") {
+            return await finish(ctl, null);
+          }
           for (const j of parseData(value)) {
             const err = obj(j.error);
             if (
@@ -225,7 +296,7 @@ export function normaliseStream(
               const fake = new Response(JSON.stringify(j), {
                 status: status >= 400 && status <= 599 ? status : 500,
               });
-              return finish(ctl, await upstreamError(fake));
+              return await finish(ctl, await upstreamError(fake));
             }
             usage = normaliseUsage(j.usage) ?? usage;
             const raw = Array.isArray(j.choices) ? j.choices : [];
@@ -233,10 +304,14 @@ export function normaliseStream(
             id ||= typeof j.id === "string" && j.id ? j.id : newId(kind);
             created ||= int(j.created) ?? Math.floor(Date.now() / 1000);
             const choices = raw.map((c, i) => state.choice(obj(c) ?? {}, i));
-            let piece = "";
-            for (const c of choices) piece += generatedText(c, kind);
-            generated += piece;
-            if (piece) hooks.onTokens(estimateTokens(piece));
+            let tokens = 0;
+            for (const c of choices) {
+              const piece = generatedText(c, kind);
+              if (!piece) continue;
+              state.generated(c.index as number, piece);
+              tokens += Math.max(1, estimateTokens(piece));
+            }
+            if (tokens) hooks.onTokens(tokens);
             const extra: Json = typeof j.system_fingerprint === "string"
               ? { system_fingerprint: j.system_fingerprint }
               : {};
@@ -250,7 +325,7 @@ export function normaliseStream(
           ctl.error(err);
           return;
         }
-        finish(
+        await finish(
           ctl,
           err instanceof OpenAIError ? err : new OpenAIError(
             502,
