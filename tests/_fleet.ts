@@ -206,6 +206,9 @@ export function startFakeUpstream(
           })),
         });
       }
+      if (req.method === "GET") {
+        return new Response("not found", { status: 404 });
+      }
       const body = await req.json();
       if (body.max_tokens === 1 && path === "/v1/chat/completions") {
         fake.probes.push(String(body.model));

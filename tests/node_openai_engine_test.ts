@@ -694,3 +694,39 @@ Deno.test("openai engine finds a tokenizer in Exo's model folder under the repo 
     await Deno.remove(models, { recursive: true });
   }
 });
+
+Deno.test("openai engine takes its slots from llama-server's /props, else 16, and --slots wins", async () => {
+  const server = Deno.serve(
+    { port: 0, hostname: "127.0.0.1", onListen() {} },
+    (req) => {
+      const path = new URL(req.url).pathname;
+      if (path === "/props") return Response.json({ total_slots: 6 });
+      if (path === "/v1/models") {
+        return Response.json({ data: [{ id: "m", object: "model" }] });
+      }
+      return Response.json({
+        choices: [{ index: 0, message: { role: "assistant", content: "k" } }],
+      });
+    },
+  );
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  const slotsOf = async (o: Partial<OpenAIEngineOptions>) => {
+    const engine = createOpenAIEngine({
+      upstreamUrl: url,
+      tokenizerSearch: NO_TOKENIZERS,
+      ...o,
+    });
+    await engine.start();
+    const { slots } = engine.stats();
+    await engine.close();
+    return slots;
+  };
+  try {
+    assert.equal(await slotsOf({}), 6, "what llama-server says");
+    assert.equal(await slotsOf({ slots: 3 }), 3, "--slots wins");
+  } finally {
+    await server.shutdown();
+  }
+  await using w = await setup(); // Exo: no /props
+  assert.equal(w.engine.stats().slots, 16);
+});

@@ -8,8 +8,8 @@ import { OpenAIError } from "../../lib/openai_errors.ts";
 export class SlotLimiter {
   #busy = 0;
   #waiters: (() => void)[] = [];
-  readonly slots: number;
-  readonly maxQueue: number;
+  #slots: number;
+  #maxQueue: number;
 
   constructor(slots: number, maxQueue: number) {
     if (!(slots >= 1) || !(maxQueue >= 0)) {
@@ -17,8 +17,33 @@ export class SlotLimiter {
         `Cannot create limiter: slots must be ≥ 1 and maxQueue ≥ 0: current values are ${slots}, ${maxQueue}`,
       );
     }
-    this.slots = slots;
-    this.maxQueue = maxQueue;
+    this.#slots = slots;
+    this.#maxQueue = maxQueue;
+  }
+
+  /** Concurrent requests allowed. */
+  get slots(): number {
+    return this.#slots;
+  }
+
+  /** Requests that may wait for a slot. */
+  get maxQueue(): number {
+    return this.#maxQueue;
+  }
+
+  /** Changes the slot count (and queue bound); waiters get the slots it adds. */
+  resize(slots: number, maxQueue: number): void {
+    if (!(slots >= 1) || !(maxQueue >= 0)) {
+      throw new RangeError(
+        `Cannot resize limiter: slots must be ≥ 1 and maxQueue ≥ 0: current values are ${slots}, ${maxQueue}`,
+      );
+    }
+    this.#slots = slots;
+    this.#maxQueue = maxQueue;
+    while (this.#busy < this.#slots && this.#waiters.length > 0) {
+      this.#busy++;
+      this.#waiters.shift()!();
+    }
   }
 
   /** Requests generating now. */
@@ -33,8 +58,8 @@ export class SlotLimiter {
 
   /** Waits for a slot; returns its release function (idempotent). */
   async acquire(signal: AbortSignal): Promise<() => void> {
-    if (this.#busy >= this.slots) {
-      if (this.#waiters.length >= this.maxQueue) {
+    if (this.#busy >= this.#slots) {
+      if (this.#waiters.length >= this.#maxQueue) {
         throw new OpenAIError(503, "server_busy", "All slots are busy", {
           headers: { "retry-after": "1" },
         });
@@ -56,7 +81,9 @@ export class SlotLimiter {
     return () => {
       if (released) return;
       released = true;
-      const next = this.#waiters.shift();
+      const next = this.#busy <= this.#slots
+        ? this.#waiters.shift()
+        : undefined;
       if (next) next(); // the slot passes straight to the next waiter
       else this.#busy--;
     };

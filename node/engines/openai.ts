@@ -51,7 +51,7 @@ export interface OpenAIEngineOptions {
   upstreamUrl: string;
   /** Bearer key for the upstream, if it wants one. */
   apiKey?: string;
-  /** Concurrent upstream requests (default 4). */
+  /** Concurrent upstream requests (default: what the engine reports, else DEFAULT_SLOTS). */
   slots?: number;
   /** Requests that may wait for a slot before 503 (default 4 × slots). */
   maxQueue?: number;
@@ -76,13 +76,51 @@ export interface OpenAIEngineOptions {
   tokenizerSearch?: TokenizerSearch;
 }
 
+/**
+ * Slots when neither `--slots` nor the engine says: the engines a node
+ * fronts batch or queue requests themselves (Exo, MLX, vLLM, Ollama), so
+ * the node lets enough through that its own queue is not where clients
+ * wait (with 4, 32 concurrent streams waited 850 ms for a first byte).
+ */
+const DEFAULT_SLOTS = 16;
+
+/**
+ * The parallel sequences the engine reports, where it does: llama-server's
+ * `GET /props` (`total_slots`, its `--parallel`). Null when it does not say.
+ */
+async function engineSlots(
+  base: string,
+  headers: Headers,
+  life: AbortSignal,
+): Promise<number | null> {
+  const root = base.replace(/\/v1$/, "");
+  try {
+    const res = await fetch(`${root}/props`, {
+      headers,
+      signal: AbortSignal.any([life, AbortSignal.timeout(5000)]),
+      redirect: "manual",
+    });
+    if (!res.ok) {
+      await res.body?.cancel();
+      return null;
+    }
+    const props = await res.json() as { total_slots?: unknown };
+    const n = props.total_slots;
+    return typeof n === "number" && Number.isInteger(n) && n >= 1 && n <= 256
+      ? n
+      : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Creates the engine (call `start()` before use). */
 export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   const base = opts.upstreamUrl.replace(/\/+$/, "").replace(/\/v1$/, "") +
     "/v1";
   const limiter = new SlotLimiter(
-    opts.slots ?? 4,
-    opts.maxQueue ?? 4 * (opts.slots ?? 4),
+    opts.slots ?? DEFAULT_SLOTS,
+    opts.maxQueue ?? 4 * (opts.slots ?? DEFAULT_SLOTS),
   );
   const meter = new TokenMeter();
   const refreshMs = opts.refreshMs ?? 30_000;
@@ -383,6 +421,13 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       await refresh();
       if (!health.healthy) {
         throw new Error(`Cannot start the openai engine: ${health.detail}`);
+      }
+      if (opts.slots === undefined) {
+        const reported = await engineSlots(base, headers(), life.signal);
+        if (reported !== null) {
+          limiter.resize(reported, opts.maxQueue ?? 4 * reported);
+          log.info("slots from the engine", { slots: reported });
+        }
       }
       schedule();
     },
