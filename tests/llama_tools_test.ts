@@ -64,7 +64,17 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
 }, async (t) => {
-  await using cluster = await startCluster({ slots: 4, threads: 1 });
+  // heartbeats every second, not the fixture's 250 ms: the gateway re-reads
+  // node status from KV only every 500 ms and calls a node unhealthy after
+  // 3 intervals, so at 250 ms a node that is fine flickers to "unhealthy"
+  // for a moment now and then (a 503 model_unavailable, or a queued request
+  // never woken until its 10 s deadline, 503 server_busy); nothing here
+  // tests heartbeats
+  await using cluster = await startCluster({
+    slots: 4,
+    threads: 1,
+    heartbeatMs: 1000,
+  });
   const openai = new OpenAI({
     apiKey: cluster.apiKey,
     baseURL: `${cluster.url}/v1`,
@@ -75,17 +85,21 @@ Deno.test({
   await t.step(
     "openai SDK: a required tool call, its result sent back, the loop completes",
     async () => {
+      // one call: parallel calls are unbounded in number (the random model
+      // may chain them until max_tokens); one call fits in 600 tokens
       const first = await openai.chat.completions.create({
         model: "tiny",
         messages: [user],
         tools: TOOLS,
         tool_choice: "required",
+        parallel_tool_calls: false,
+        seed: 1,
         max_tokens: 600,
       });
       const choice = first.choices[0]!;
-      assert.equal(choice.finish_reason, "tool_calls");
+      assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
       const calls = choice.message.tool_calls ?? [];
-      assert.ok(calls.length >= 1);
+      assert.equal(calls.length, 1);
       for (const c of calls) {
         assert.equal(c.type, "function");
         if (c.type !== "function") continue;
@@ -105,6 +119,7 @@ Deno.test({
         ],
         tools: TOOLS,
         tool_choice: "none",
+        seed: 2,
         max_tokens: 16,
       });
       assert.ok(["stop", "length"].includes(second.choices[0]!.finish_reason));
@@ -132,6 +147,7 @@ Deno.test({
         tools: TOOLS,
         tool_choice: { type: "function", function: { name: "get_time" } },
         parallel_tool_calls: false,
+        seed: 3,
         max_tokens: 600,
         stream: true,
       });
@@ -196,6 +212,11 @@ Deno.test({
           },
         }),
       };
+      // one call a step, so that each step ends with its call (parallel
+      // calls may run into maxOutputTokens, which ends the loop)
+      const providerOptions = { orchard: { parallel_tool_calls: false } };
+      const described = (steps: { finishReason: string; content: unknown }[]) =>
+        JSON.stringify(steps.map((s) => [s.finishReason, s.content]));
       const g = await generateText({
         model: provider("tiny"),
         prompt: "Weather in Paris?",
@@ -203,12 +224,19 @@ Deno.test({
         toolChoice: "required",
         stopWhen: stepCountIs(2),
         maxOutputTokens: 600,
+        seed: 4,
+        providerOptions,
       });
-      assert.equal(g.steps.length, 2);
-      assert.ok(g.steps[0]!.toolCalls.length >= 1);
-      assert.ok(g.steps[0]!.toolResults.length >= 1);
-      assert.ok(seen.length >= 2, "the tool ran in both steps");
-      for (const input of seen) assert.ok(validWeather(input));
+      assert.equal(g.steps.length, 2, described(g.steps));
+      for (const step of g.steps) {
+        assert.equal(step.finishReason, "tool-calls", described(g.steps));
+        assert.equal(step.toolCalls.length, 1, described(g.steps));
+        assert.equal(step.toolResults.length, 1, described(g.steps));
+      }
+      assert.equal(seen.length, 2, "the tool ran in both steps");
+      for (const input of seen) {
+        assert.ok(validWeather(input), JSON.stringify(input));
+      }
 
       seen.length = 0;
       const s = streamText({
@@ -218,11 +246,20 @@ Deno.test({
         toolChoice: "required",
         stopWhen: stepCountIs(2),
         maxOutputTokens: 600,
+        seed: 5,
+        providerOptions,
       });
       const steps = await s.steps;
-      assert.equal(steps.length, 2);
-      assert.ok(seen.length >= 2);
-      for (const input of seen) assert.ok(validWeather(input));
+      assert.equal(steps.length, 2, described(steps));
+      for (const step of steps) {
+        assert.equal(step.finishReason, "tool-calls", described(steps));
+        assert.equal(step.toolCalls.length, 1, described(steps));
+        assert.equal(step.toolResults.length, 1, described(steps));
+      }
+      assert.equal(seen.length, 2, "the tool ran in both steps");
+      for (const input of seen) {
+        assert.ok(validWeather(input), JSON.stringify(input));
+      }
     },
   );
 
@@ -239,24 +276,31 @@ Deno.test({
         description: "Weather forecast",
         input_schema: WEATHER as unknown as Anthropic.Tool.InputSchema,
       }];
+      // one tool_use block: parallel calls may run into max_tokens
       const msg = await anthropic.messages.create({
         model: "tiny",
         max_tokens: 600,
         messages: [user],
         tools: atools,
-        tool_choice: { type: "any" },
+        tool_choice: { type: "any", disable_parallel_tool_use: true },
       });
-      assert.equal(msg.stop_reason, "tool_use");
-      const use = msg.content.find((b) => b.type === "tool_use");
-      assert.ok(use && use.type === "tool_use");
-      assert.ok(validWeather(use.input));
+      assert.equal(msg.stop_reason, "tool_use", JSON.stringify(msg));
+      const uses = msg.content.filter((b) => b.type === "tool_use");
+      assert.equal(uses.length, 1, JSON.stringify(msg));
+      const use = uses[0]!;
+      assert.equal(use.name, "get_weather");
+      assert.ok(validWeather(use.input), JSON.stringify(use.input));
 
       const stream = anthropic.messages.stream({
         model: "tiny",
         max_tokens: 600,
         messages: [user],
         tools: atools,
-        tool_choice: { type: "tool", name: "get_weather" },
+        tool_choice: {
+          type: "tool",
+          name: "get_weather",
+          disable_parallel_tool_use: true,
+        },
       });
       let json = "";
       let starts = 0;
@@ -275,9 +319,9 @@ Deno.test({
         }
       }
       const final = await stream.finalMessage();
-      assert.ok(starts >= 1);
-      assert.ok(validWeather(JSON.parse(json.split(/(?<=\})(?=\{)/)[0]!)));
-      assert.equal(final.stop_reason, "tool_use");
+      assert.equal(final.stop_reason, "tool_use", JSON.stringify(final));
+      assert.equal(starts, 1);
+      assert.ok(validWeather(JSON.parse(json)), json);
     },
   );
 
@@ -326,40 +370,91 @@ Deno.test({
         assert.equal(r.choices[0]!.finish_reason, "stop", text);
         assert.ok(valid(JSON.parse(text)), text);
       }
-      const obj = await openai.chat.completions.create({
-        model: "tiny",
-        messages: [{ role: "user", content: "JSON" }],
-        response_format: { type: "json_object" },
-        max_tokens: 400,
-      });
-      const parsed = JSON.parse(obj.choices[0]!.message.content!);
-      assert.equal(typeof parsed, "object");
-      assert.ok(parsed !== null && !Array.isArray(parsed));
+      // any JSON object: its size is unbounded, so the random model may run
+      // into max_tokens; what ends before it must be a JSON object, what
+      // stops at it must say so
+      const objs = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          openai.chat.completions.create({
+            model: "tiny",
+            messages: [{ role: "user", content: "JSON" }],
+            response_format: { type: "json_object" },
+            seed: 100 + i,
+            max_tokens: 400,
+          })),
+      );
+      let parsedObjects = 0;
+      for (const r of objs) {
+        const c = r.choices[0]!;
+        const text = c.message.content!;
+        const cut = r.usage!.completion_tokens === 400;
+        assert.equal(c.finish_reason, cut ? "length" : "stop", text);
+        if (cut) continue;
+        const parsed = JSON.parse(text);
+        assert.equal(typeof parsed, "object", text);
+        assert.ok(parsed !== null && !Array.isArray(parsed), text);
+        parsedObjects++;
+      }
+      assert.ok(
+        parsedObjects >= 2,
+        `${parsedObjects} of 8 ended before 400 tokens`,
+      );
     },
   );
 
   await t.step(
     "logprobs and top_logprobs come back in OpenAI's shape",
     async () => {
-      const r = await openai.chat.completions.create({
-        model: "tiny",
-        messages: [user],
-        logprobs: true,
-        top_logprobs: 3,
-        max_tokens: 8,
-      });
-      const lp = r.choices[0]!.logprobs!.content!;
-      assert.equal(lp.length, 8);
-      for (const t of lp) {
-        assert.ok(t.logprob <= 0);
-        assert.equal(t.top_logprobs.length, 3);
-        assert.ok(t.top_logprobs[0]!.logprob >= t.top_logprobs[2]!.logprob);
-        assert.ok(t.logprob <= t.top_logprobs[0]!.logprob + 1e-6);
+      // sampled text may end early (the model samples its end token) and
+      // may hold bytes that are not UTF-8 on their own: the entries' bytes,
+      // not their token strings, make up the content
+      let full = 0;
+      for (const seed of [1, 2, 3, 4]) {
+        const r = await openai.chat.completions.create({
+          model: "tiny",
+          messages: [user],
+          logprobs: true,
+          top_logprobs: 3,
+          seed,
+          max_tokens: 8,
+        });
+        const c = r.choices[0]!;
+        const lp = c.logprobs!.content!;
+        const what = JSON.stringify({ finish: c.finish_reason, lp });
+        // an entry a completion token; the gateway bills no more tokens
+        // than the answer has bytes (a control token sampled in free text
+        // is an entry with no bytes)
+        assert.equal(
+          r.usage!.completion_tokens,
+          Math.min(
+            lp.length,
+            new TextEncoder().encode(c.message.content ?? "").length,
+          ),
+          what,
+        );
+        assert.equal(
+          c.finish_reason,
+          lp.length === 8 ? "length" : "stop",
+          what,
+        );
+        if (lp.length === 8) full++;
+        for (const t of lp) {
+          assert.ok(t.logprob <= 0);
+          assert.equal(t.top_logprobs.length, 3);
+          assert.ok(t.top_logprobs[0]!.logprob >= t.top_logprobs[2]!.logprob);
+          assert.ok(t.logprob <= t.top_logprobs[0]!.logprob + 1e-6);
+          assert.equal(
+            t.token,
+            new TextDecoder().decode(new Uint8Array(t.bytes!)),
+          );
+        }
+        assert.equal(
+          new TextDecoder().decode(new Uint8Array(lp.flatMap((t) => t.bytes!))),
+          c.message.content,
+          what,
+        );
       }
-      assert.equal(
-        lp.map((t) => t.token).join(""),
-        r.choices[0]!.message.content,
-      );
+      assert.ok(full >= 1, "no run reached max_tokens");
     },
   );
 
@@ -375,6 +470,9 @@ Deno.test({
             role: "user",
             content: q,
           }],
+          // greedy: the fixture's first token is then printable text, never
+          // the end token, so both answers have a first content delta
+          temperature: 0,
           max_tokens: 4,
           stream: true,
           stream_options: { include_usage: true },
@@ -415,6 +513,9 @@ Deno.test({
         body: JSON.stringify({
           model: "tiny",
           max_tokens: 4,
+          // greedy: the fixture never picks its end token then, so the
+          // answer runs to max_tokens
+          temperature: 0,
           system: [{ type: "text", text: "You are a coding agent." }],
           messages: [
             { role: "user", content: "Fix the bug." },
@@ -430,6 +531,7 @@ Deno.test({
       const body = await res.json();
       assert.equal(res.status, 200, JSON.stringify(body));
       assert.equal(body.type, "message");
+      assert.equal(body.stop_reason, "max_tokens", JSON.stringify(body));
       assert.equal(body.usage.output_tokens, 4);
     },
   );

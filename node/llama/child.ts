@@ -308,6 +308,26 @@ function promptBudget(capacity: number, generating: number): number {
   );
 }
 
+let silent: number[] | null = null;
+
+/**
+ * Control tokens that are not end-of-generation, which a sequence that does
+ * not render them outputs as nothing. llama.cpp's grammar matches such a
+ * token by its literal text (`<|im_start|>` fits inside any JSON string), so
+ * under a grammar they are never sampled: the output would lack text the
+ * grammar counted (a `const` came out empty, a string below `minLength`),
+ * and usage would count a token the answer does not carry.
+ */
+function silentTokens(): number[] {
+  if (!silent) {
+    silent = [];
+    for (let t = 0; t < model.vocabSize; t++) {
+      if (!model.isEog(t) && model.piece(t).length === 0) silent.push(t);
+    }
+  }
+  return silent;
+}
+
 /** One continuous-batching step. */
 function step() {
   const b = model.batch;
@@ -379,7 +399,11 @@ function step() {
   for (const s of active) {
     if (s.out < 0) continue;
     if (s.cancelled || !seqs.has(s.id)) continue;
-    if (s.utf8) model.utf8Guard().mask(model.logitsView(s.out), s.utf8);
+    if (s.utf8) {
+      const logits = model.logitsView(s.out);
+      model.utf8Guard().mask(logits, s.utf8);
+      if (!s.special) { for (const t of silentTokens()) logits[t] = -Infinity; }
+    }
     const tok = model.sample(s.sampler, s.out);
     if (s.utf8) {
       s.utf8 = advance(s.utf8, model.utf8Guard().pieces[tok]!) ?? START;
