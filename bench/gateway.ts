@@ -34,8 +34,9 @@ import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore } from "../store/store.ts";
 import { createTenant } from "../store/tenants.ts";
-import { silentLogger } from "../gateway/logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { createGateway } from "../gateway/mod.ts";
+import { sseFrame } from "../lib/sse.ts";
 import { localInstanceId } from "../store/instances.ts";
 
 /** The gateway without crash safety (no instance record, no usage journal): the baseline of its cost. */
@@ -62,9 +63,8 @@ const CHAT = JSON.stringify({
   }],
   usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
 });
-const frame = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const SSE = [
-  frame({
+  sseFrame({
     id: "c1",
     object: "chat.completion.chunk",
     created: 1,
@@ -76,7 +76,7 @@ const SSE = [
     }],
   }),
   ...["Hello", " world", "!"].map((w) =>
-    frame({
+    sseFrame({
       id: "c1",
       object: "chat.completion.chunk",
       created: 1,
@@ -84,14 +84,14 @@ const SSE = [
       choices: [{ index: 0, delta: { content: w }, finish_reason: null }],
     })
   ),
-  frame({
+  sseFrame({
     id: "c1",
     object: "chat.completion.chunk",
     created: 1,
     model: "bench",
     choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
   }),
-  frame({
+  sseFrame({
     id: "c1",
     object: "chat.completion.chunk",
     created: 1,
@@ -99,7 +99,7 @@ const SSE = [
     choices: [],
     usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
   }),
-  "data: [DONE]\n\n",
+  sseFrame("[DONE]"),
 ].join("");
 
 function listen(handler: Deno.ServeHandler): number {
