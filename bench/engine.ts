@@ -24,7 +24,7 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { log } from "../lib/log.ts";
-import { sseData } from "../node/engines/_sse.ts";
+import { sseData } from "../lib/sse.ts";
 import { createLlamaEngine, type LlamaEngine } from "../node/llama/engine.ts";
 import { writeFixtureModel } from "../tools/fixture_model.ts";
 import type { Lockstep } from "./engine_baselines.ts";

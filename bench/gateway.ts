@@ -34,7 +34,7 @@ import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore } from "../store/store.ts";
 import { createTenant } from "../store/tenants.ts";
-import { silentLogger } from "../gateway/logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { createGateway } from "../gateway/mod.ts";
 import { localInstanceId } from "../store/instances.ts";
 import {

@@ -17,7 +17,7 @@ import {
 } from "../store/nodes.ts";
 import { requirePlatform } from "../store/principal.ts";
 import type { Store } from "../store/store.ts";
-import { readJsonBody } from "./_json.ts";
+import { readJsonBody } from "../routes/api/_json.ts";
 import { createLinkTests, type LinkTests } from "./link_tests.ts";
 import type { Fleet } from "./types.ts";
 

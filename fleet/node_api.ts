@@ -14,7 +14,7 @@ import {
 } from "../store/nodes.ts";
 import { parse } from "../store/schemas.ts";
 import type { Store } from "../store/store.ts";
-import { readJsonBody } from "./_json.ts";
+import { readJsonBody } from "../routes/api/_json.ts";
 import { validateNodeUrl } from "./node_url.ts";
 import {
   type EnrollResponse,

@@ -5,6 +5,7 @@
  */
 import { affinityOf, nodeHash, rendezvous } from "./affinity.ts";
 import { testConfig } from "../config.ts";
+import { parseSSE, sseFrame } from "../lib/sse.ts";
 import type { Fleet, NodeTarget, NodeView } from "../fleet/types.ts";
 import type { EngineModel } from "../node/engine.ts";
 import { createApiKey } from "../store/api_keys.ts";
@@ -13,7 +14,7 @@ import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
 import { createTenant, type Tenant } from "../store/tenants.ts";
-import { silentLogger } from "./logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { createGateway, type Gateway, type GatewayOptions } from "./mod.ts";
 
 /** How the scripted engine answers a request. */
@@ -158,16 +159,14 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
         choice: Record<string, unknown>,
         extra: Record<string, unknown> = {},
       ) =>
-        `data: ${
-          JSON.stringify({
-            id: "up-1",
-            object,
-            created: 1,
-            model: body.model,
-            choices: [choice],
-            ...extra,
-          })
-        }\n\n`;
+        sseFrame({
+          id: "up-1",
+          object,
+          created: 1,
+          model: body.model,
+          choices: [choice],
+          ...extra,
+        });
       const frames: string[] = [];
       if (chat) {
         frames.push(
@@ -232,22 +231,20 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       );
       const n = s.toolCall ? 2 : words.length;
       frames.push(
-        `data: ${
-          JSON.stringify({
-            id: "up-1",
-            object,
-            created: 1,
-            model: body.model,
-            choices: [],
-            usage: {
-              prompt_tokens: prompt,
-              completion_tokens: n,
-              total_tokens: prompt + n,
-            },
-          })
-        }\n\n`,
+        sseFrame({
+          id: "up-1",
+          object,
+          created: 1,
+          model: body.model,
+          choices: [],
+          usage: {
+            prompt_tokens: prompt,
+            completion_tokens: n,
+            total_tokens: prompt + n,
+          },
+        }),
       );
-      frames.push("data: [DONE]\n\n");
+      frames.push(sseFrame("[DONE]"));
       const contentStart = chat ? 1 : 0;
       let timer: ReturnType<typeof setTimeout> | undefined;
       let closed = false;
@@ -484,17 +481,15 @@ export async function createWorld(
   return world;
 }
 
-/** Reads an SSE response into its `data` payloads and comments. */
+/** Reads an SSE response into its events' `data` and a count of its comments. */
 export async function readSSE(
   res: Response,
 ): Promise<{ data: string[]; comments: number; raw: string }> {
   const raw = await res.text();
-  const data: string[] = [];
   let comments = 0;
-  for (const line of raw.split("\n")) {
-    if (line.startsWith("data: ")) data.push(line.slice(6));
-    else if (line.startsWith(":")) comments++;
-  }
+  const data = parseSSE(raw, { onComment: () => comments++ }).map((e) =>
+    e.data
+  );
   return { data, comments, raw };
 }
 

@@ -6,7 +6,7 @@
  * Errors on these routes use Anthropic's shape.
  */
 import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
-import { parseJsonObject, readBody } from "./body.ts";
+import { sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {
   ChunkNormaliser,
@@ -14,7 +14,7 @@ import {
   normaliseCompletion,
   openAIId,
 } from "./normalise.ts";
-import { fail } from "./openai.ts";
+import { fail, readBody } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
 import {
   checkModel,
@@ -246,8 +246,7 @@ const STOP: Record<string, string> = {
   tool_calls: "tool_use",
 };
 
-const ev = (name: string, data: unknown) =>
-  `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`;
+const ev = (name: string, data: unknown) => sseFrame(data, name);
 
 /** Renders OpenAI chunks as Anthropic stream events. */
 export class AnthropicSink implements StreamSink {
@@ -385,7 +384,7 @@ export class AnthropicSink implements StreamSink {
   }
 
   error(e: OpenAIError): string {
-    return `event: error\ndata: ${anthropicErrorBody(e)}\n\n`;
+    return sseFrame(anthropicErrorBody(e), "error");
   }
 
   ping(): string {
@@ -451,9 +450,7 @@ export async function messages(
   const ex = new Exchange(core, requestId, "messages");
   try {
     const ctx = await core.authenticate(req, "chat");
-    const p = toOpenAI(
-      parseJsonObject(await readBody(req, core.deps.config.maxBodyBytes)),
-    );
+    const p = toOpenAI(await readBody(core, req));
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
     const cap = await ex.admit(ctx, p, m);
@@ -510,9 +507,7 @@ export async function countTokens(
   const ex = new Exchange(core, requestId, "messages");
   try {
     const ctx = await core.authenticate(req, "chat");
-    const body = parseJsonObject(
-      await readBody(req, core.deps.config.maxBodyBytes),
-    );
+    const body = await readBody(core, req);
     body.max_tokens ??= 1;
     const p = toOpenAI(body);
     core.resolveModel(ctx, p.model, "chat");

@@ -24,7 +24,7 @@ import {
   presentedKey,
   requireScope,
 } from "./auth.ts";
-import { createLogger, type Logger } from "./logger.ts";
+import { log, type Logger } from "../lib/log.ts";
 import type { ReportedUsage, UsageBasis } from "./normalise.ts";
 import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
@@ -82,7 +82,7 @@ export class GatewayCore {
     readonly deps: AppDeps & { fleet: Fleet },
     opts: GatewayOptions = {},
   ) {
-    this.log = opts.logger ?? createLogger();
+    this.log = opts.logger ?? log;
     this.proxy = { ...DEFAULT_PROXY, ...opts.proxy };
     this.keys = new KeyCache(deps.store, { ttlMs: opts.keyCacheTtlMs });
     this.admitter = new Admitter(deps.store, {
@@ -91,7 +91,7 @@ export class GatewayCore {
       owner: opts.instanceId,
       reclaimDueMs: () => this.instance?.reclaimDueMs() ?? 0,
       onReclaimed: (count) =>
-        this.log.log("info", "reclaimed expired reservations", { count }),
+        this.log.info("reclaimed expired reservations", { count }),
     });
     this.instance = opts.instanceId
       ? new GatewayInstance(deps.store, opts.instanceId, {
@@ -104,7 +104,7 @@ export class GatewayCore {
           }
           const n = await this.admitter.reclaimOwned(owners);
           if (n > 0) {
-            this.log.log("info", "reclaimed what stopped gateways held", {
+            this.log.info("reclaimed what stopped gateways held", {
               instances: [...owners],
               count: n,
             });
@@ -112,8 +112,7 @@ export class GatewayCore {
           return n;
         },
         onLost: () => {
-          this.log.log(
-            "warn",
+          this.log.warn(
             "this gateway's liveness lapsed and another reclaimed its reservations; its leases are dropped",
             { instance: opts.instanceId },
           );
@@ -137,13 +136,9 @@ export class GatewayCore {
 
   /** A journal that could not be replayed stays for the next try (start or lapse). */
   #replayFailed(e: unknown): void {
-    this.log.log(
-      "warn",
-      "the usage journal of a stopped gateway was not replayed",
-      {
-        error: String(e),
-      },
-    );
+    this.log.warn("the usage journal of a stopped gateway was not replayed", {
+      error: String(e),
+    });
   }
 
   /** Tracks background work so `close()` can wait for it. */
@@ -384,8 +379,7 @@ export class Exchange {
     this.core.track(
       this.core.admitter.settle(r, this.promptTokens + this.completionTokens)
         .catch((e) =>
-          this.core.log.log(
-            "warn",
+          this.core.log.warn(
             "settlement failed; the reservation will be reclaimed",
             { requestId: this.requestId, error: String(e) },
           )

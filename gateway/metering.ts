@@ -29,7 +29,7 @@ import {
   readJournal,
   UsageJournal,
 } from "../store/usage_journal.ts";
-import type { Logger } from "./logger.ts";
+import type { Logger } from "../lib/log.ts";
 
 /** Tunables of a UsageWriter. */
 export interface UsageWriterOptions {
@@ -117,16 +117,12 @@ export class UsageWriter {
         await Deno.remove(j.dir, { recursive: true });
         await removeIfEmpty(`${root}/${j.instance}`);
         missing += n;
-        this.#log.log(
-          "info",
-          "replayed the usage journal of a stopped gateway",
-          {
-            instance: j.instance,
-            records: entries.length,
-            missing: n,
-            ...(skipped > 0 ? { unreadableLines: skipped } : {}),
-          },
-        );
+        this.#log.info("replayed the usage journal of a stopped gateway", {
+          instance: j.instance,
+          records: entries.length,
+          missing: n,
+          ...(skipped > 0 ? { unreadableLines: skipped } : {}),
+        });
       }
       return missing;
     });
@@ -217,7 +213,7 @@ export class UsageWriter {
         }, (e) => {
           failed = true; // what was due stays waiting: written next time
           this.#writeAt = now + this.#rollupMs / 2;
-          this.#log.log("warn", "usage write failed", { error: String(e) });
+          this.#log.warn("usage write failed", { error: String(e) });
         });
       }
     }

@@ -3,7 +3,7 @@ import { createStore, type Store } from "../store/store.ts";
 import { listUsageRecords, usageTotals } from "../store/usage.ts";
 import { rollupsOf } from "../store/usage_rollups.ts";
 import { usageRecord } from "../store/_usage_testing.ts";
-import { silentLogger } from "./logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { UsageWriter } from "./metering.ts";
 
 const now = () => {

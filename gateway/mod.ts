@@ -122,7 +122,7 @@ export function createGateway(
     });
   });
   app.onError((e, c) => {
-    core.log.log("error", "unhandled gateway error", {
+    core.log.error("unhandled gateway error", {
       requestId: c.get("requestId"),
       error: String(e),
     });

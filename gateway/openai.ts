@@ -4,7 +4,8 @@
  * the model, admits against limits, then relays to a node.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
-import { parseJsonObject, readBody } from "./body.ts";
+import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
+import { sseComment, sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {
   ChunkNormaliser,
@@ -17,6 +18,9 @@ import { relayStream, type StreamSink } from "./stream.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 import { modelAllowed } from "./auth.ts";
 import { affinityOf } from "./affinity.ts";
+
+const DONE = sseFrame("[DONE]");
+const PING = sseComment("ping");
 
 /** Relays OpenAI chunks, stripping the node's usage chunk unless asked for. */
 export class OpenAISink implements StreamSink {
@@ -39,29 +43,75 @@ export class OpenAISink implements StreamSink {
     const before = this.norm.chunks;
     const out = this.norm.push(payload);
     this.sawText = this.norm.chunks > before;
-    return out === null ? null : `data: ${out}\n\n`;
+    return out === null ? null : sseFrame(out);
   }
   end(): string {
     const basis = this.ex.usageBasis;
     // headers are long gone: a stream says it in a comment, and in its usage chunk
     const note = basis ? `: x-orchard-usage: ${basis}\n\n` : "";
     const usage = this.includeUsage
-      ? `data: ${
+      ? sseFrame(
         this.norm.usageChunk(
           this.ex.promptTokens,
           this.ex.completionTokens,
           this.ex.cachedTokens,
           basis,
-        )
-      }\n\n`
+        ),
+      )
       : "";
-    return `${note}${usage}data: [DONE]\n\n`;
+    return note + usage + DONE;
   }
   error(e: OpenAIError): string {
     return e.toSSE();
   }
   ping(): string {
-    return ": ping\n\n";
+    return PING;
+  }
+}
+
+/** The deepest JSON nesting a `/v1/*` body may have. */
+export const MAX_JSON_DEPTH = 64;
+
+/** Reads a `/v1/*` JSON object body within the configured cap (`fail` maps its errors). */
+export function readBody(
+  core: GatewayCore,
+  req: Request,
+): Promise<Record<string, unknown>> {
+  return readJsonObject(req, {
+    maxBytes: core.deps.config.maxBodyBytes,
+    maxDepth: MAX_JSON_DEPTH,
+  });
+}
+
+/** The OpenAI error for a body that cannot be read as a JSON object. */
+function bodyError(e: JsonBodyError): OpenAIError {
+  const invalid = (message: string) =>
+    new OpenAIError(400, "invalid_json", message);
+  switch (e.problem) {
+    case "too_large":
+      return new OpenAIError(
+        413,
+        "request_too_large",
+        `The request body is larger than the limit of ${e.limit} bytes`,
+      );
+    case "unreadable":
+      return new OpenAIError(
+        400,
+        "invalid_body",
+        "Cannot read the request body",
+      );
+    case "not_utf8":
+      return invalid("The request body is not valid UTF-8");
+    case "too_deep":
+      return invalid(
+        `The request body nests deeper than ${MAX_JSON_DEPTH} levels`,
+      );
+    case "not_object":
+      return invalid("The request body must be a JSON object");
+    default:
+      return invalid(
+        "We could not parse the JSON body of your request. The OpenAI API expects a JSON payload",
+      );
   }
 }
 
@@ -73,6 +123,7 @@ export function fail(
 ): Response {
   let err: OpenAIError;
   if (e instanceof OpenAIError) err = e;
+  else if (e instanceof JsonBodyError) err = bodyError(e);
   else if (e instanceof DOMException && e.name === "AbortError") {
     err = new OpenAIError(
       499,
@@ -80,7 +131,7 @@ export function fail(
       "The client closed the request",
     );
   } else {
-    ex.core.log.log("error", "request failed", {
+    ex.core.log.error("request failed", {
       requestId: ex.requestId,
       error: String(e),
     });
@@ -125,9 +176,7 @@ export async function completions(
   const ex = new Exchange(core, requestId, kind);
   try {
     const ctx = await core.authenticate(req, "chat");
-    const body = parseJsonObject(
-      await readBody(req, core.deps.config.maxBodyBytes),
-    );
+    const body = await readBody(core, req);
     const p = kind === "chat" ? parseChat(body) : parseCompletion(body);
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
@@ -200,9 +249,7 @@ export async function embeddings(
   const ex = new Exchange(core, requestId, "embeddings");
   try {
     const ctx = await core.authenticate(req, "embeddings");
-    const body = parseJsonObject(
-      await readBody(req, core.deps.config.maxBodyBytes),
-    );
+    const body = await readBody(core, req);
     const p = parseEmbeddings(body);
     const m = core.resolveModel(ctx, p.model, "embedding");
     ex.model = m.id;

@@ -8,7 +8,7 @@
 import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Exchange } from "./core.ts";
 import type { ReportedUsage } from "./normalise.ts";
-import { UpstreamStreamError } from "./sse.ts";
+import { SSEError } from "../lib/sse.ts";
 import { stoppedCall, stoppingError, type UpstreamResult } from "./upstream.ts";
 
 type StreamCall = UpstreamResult & { kind: "stream" };
@@ -40,7 +40,7 @@ function streamError(e: unknown, call: StreamCall): OpenAIError {
   const reason = call.abort.signal.reason as DOMException | undefined;
   if (
     reason?.name === "TimeoutError" ||
-    (e instanceof UpstreamStreamError && e.kind === "timeout")
+    (e instanceof SSEError && e.kind === "timeout")
   ) {
     return new OpenAIError(
       504,
@@ -49,7 +49,7 @@ function streamError(e: unknown, call: StreamCall): OpenAIError {
       { type: "server_error" },
     );
   }
-  if (e instanceof UpstreamStreamError && e.kind === "too_large") {
+  if (e instanceof SSEError && e.kind === "too_large") {
     return new OpenAIError(502, "upstream_error", e.message, {
       type: "server_error",
     });
@@ -87,13 +87,13 @@ export function relayStream(
           for (;;) {
             const left = until - performance.now();
             if (left <= 0) {
-              throw new UpstreamStreamError("timeout", "no first event");
+              throw new SSEError("timeout", "no first event");
             }
             try {
               data = await call.reader.next(Math.min(o.pingIntervalMs, left));
               break;
             } catch (e) {
-              if (!(e instanceof UpstreamStreamError && e.kind === "timeout")) {
+              if (!(e instanceof SSEError && e.kind === "timeout")) {
                 throw e;
               }
               send(sink.ping());
@@ -115,7 +115,7 @@ export function relayStream(
           );
         }
         if (!done && !cancelled) {
-          throw new UpstreamStreamError("closed", "ended without [DONE]");
+          throw new SSEError("closed", "ended without [DONE]");
         }
       } catch (e) {
         if (!cancelled) err = streamError(e, call);
@@ -123,7 +123,7 @@ export function relayStream(
       ex.bill(sink.reported, sink.counted, sink.chunks);
       ex.outcome = cancelled ? "cancelled" : err ? "error" : "ok";
       if (err) {
-        ex.core.log.log("warn", "stream ended with an error", {
+        ex.core.log.warn("stream ended with an error", {
           requestId: ex.requestId,
           node: ex.nodeId,
           code: err.code,

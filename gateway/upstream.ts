@@ -18,7 +18,7 @@ import {
 } from "../lib/http1_client.ts";
 import type { Fleet } from "../fleet/types.ts";
 import type { NodeRouter, SlotGrant } from "./router.ts";
-import { SSEReader, UpstreamStreamError } from "./sse.ts";
+import { SSEError, SSEReader, type SSEReaderOptions } from "../lib/sse.ts";
 import { after, cancel, race } from "./timers.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
@@ -118,12 +118,21 @@ export class Upstream {
   /** Cancellations sent to nodes and not yet answered. */
   readonly #cancels = new Set<Promise<void>>();
   #stopped = false;
+  /** How node streams are read: the event cap bounds lines too; reads race the coarse timers. */
+  readonly #sse: SSEReaderOptions;
 
   constructor(
     readonly fleet: Fleet,
     readonly router: NodeRouter,
     readonly opts: ProxyOptions,
-  ) {}
+  ) {
+    this.#sse = {
+      maxLine: opts.maxEventBytes,
+      maxEvent: opts.maxEventBytes,
+      peer: "node",
+      race,
+    };
+  }
 
   /**
    * POSTs `body` to `path` on a node serving `model` (the conversation's
@@ -257,14 +266,14 @@ export class Upstream {
       }
       if (res.status !== 200) throw await nodeError(res, o.maxEventBytes);
       if (!done) {
-        const reader = new SSEReader(res.body(), o.maxEventBytes);
+        const reader = new SSEReader(res.body(), this.#sse);
         let first: string | null = null;
         try {
           first = await reader.next(
             Math.min(o.pingDelayMs, o.firstByteTimeoutMs),
           );
         } catch (e) {
-          if (!(e instanceof UpstreamStreamError && e.kind === "timeout")) {
+          if (!(e instanceof SSEError && e.kind === "timeout")) {
             reader.cancel();
             throw new Retryable(
               "the node's stream broke off before the first event",

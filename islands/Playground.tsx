@@ -1,4 +1,5 @@
 import { useSignal } from "@preact/signals";
+import { SSEReader } from "../lib/sse.ts";
 
 /** Props of Playground. */
 export interface PlaygroundProps {
@@ -85,26 +86,17 @@ export default function Playground(props: PlaygroundProps) {
         const body = await res.json().catch(() => null);
         throw new Error(body?.error?.message ?? `status ${res.status}`);
       }
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let i;
-        while ((i = buf.indexOf("\n")) >= 0) {
-          const line = buf.slice(0, i).trim();
-          buf = buf.slice(i + 1);
-          if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-          const chunk = JSON.parse(line.slice(6));
-          if (chunk.error) throw new Error(chunk.error.message);
-          if (chunk.usage) usage = chunk.usage;
-          const delta = chunk.choices?.[0]?.delta?.content;
-          if (typeof delta === "string" && delta) {
-            if (!first) first = performance.now();
-            reply += delta;
-            turns.value = [...history, { role: "assistant", content: reply }];
-          }
+      const events = new SSEReader(res.body, { peer: "gateway" });
+      for (let d = await events.next(); d !== null; d = await events.next()) {
+        if (d === "[DONE]") continue;
+        const chunk = JSON.parse(d);
+        if (chunk.error) throw new Error(chunk.error.message);
+        if (chunk.usage) usage = chunk.usage;
+        const delta = chunk.choices?.[0]?.delta?.content;
+        if (typeof delta === "string" && delta) {
+          if (!first) first = performance.now();
+          reply += delta;
+          turns.value = [...history, { role: "assistant", content: reply }];
         }
       }
       const end = performance.now();

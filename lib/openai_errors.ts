@@ -4,6 +4,7 @@
  * Every `/v1/*` failure is `{"error":{"message","type","param","code"}}` with
  * `code` a string or null; this module is the one place that shape is built.
  */
+import { sseFrame } from "./sse.ts";
 
 /** The `type` values OpenAI clients recognise. */
 export type OpenAIErrorType =
@@ -92,7 +93,7 @@ export class OpenAIError extends Error {
 
   /** The terminal SSE frame for an error after the first byte. */
   toSSE(): string {
-    return `data: ${JSON.stringify(this.toJSON())}\n\n`;
+    return sseFrame(this.toJSON());
   }
 }
 

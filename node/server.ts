@@ -7,6 +7,7 @@
  * and so each one's engine work stops when nobody wants it (in_flight.ts).
  */
 import { Hono } from "hono";
+import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
 import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
 import { log } from "../lib/log.ts";
 import { type GatewayVerifier, requireGateway } from "./auth.ts";
@@ -79,36 +80,35 @@ export interface NodeServerDeps {
   linktest?: LinkTester | null;
 }
 
-/** Reads a JSON object body, enforcing the cap while reading. */
+/** Reads a JSON object body of at most `max` bytes, failing in OpenAI's shape. */
 async function readBody(req: Request, max: number): Promise<OpenAIBody> {
-  const tooLarge = () =>
-    new OpenAIError(413, "request_too_large", `Body is over ${max} bytes`);
-  if (Number(req.headers.get("content-length") ?? "0") > max) throw tooLarge();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  if (req.body) {
-    for await (const chunk of req.body) {
-      size += chunk.byteLength;
-      if (size > max) throw tooLarge();
-      chunks.push(chunk);
+  try {
+    return await readJsonObject(req, { maxBytes: max });
+  } catch (e) {
+    if (!(e instanceof JsonBodyError)) throw e;
+    switch (e.problem) {
+      case "too_large":
+        throw new OpenAIError(
+          413,
+          "request_too_large",
+          `Body is over ${max} bytes`,
+        );
+      case "unreadable":
+        throw new OpenAIError(
+          400,
+          "invalid_body",
+          "Cannot read the request body",
+        );
+      case "not_object":
+        throw new OpenAIError(
+          400,
+          "invalid_request",
+          "Body must be a JSON object",
+        );
+      default:
+        throw new OpenAIError(400, "invalid_json", "Body is not valid JSON");
     }
   }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    bytes.set(c, at);
-    at += c.byteLength;
-  }
-  let v: unknown;
-  try {
-    v = JSON.parse(new TextDecoder().decode(bytes));
-  } catch {
-    throw new OpenAIError(400, "invalid_json", "Body is not valid JSON");
-  }
-  if (typeof v !== "object" || v === null || Array.isArray(v)) {
-    throw new OpenAIError(400, "invalid_request", "Body must be a JSON object");
-  }
-  return v as OpenAIBody;
 }
 
 /**

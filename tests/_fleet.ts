@@ -14,6 +14,7 @@ import { ServiceError } from "../store/errors.ts";
 import type { Principal } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
 import { log } from "../lib/log.ts";
+import { parseSSE, sseFrame } from "../lib/sse.ts";
 import { QUIRKS } from "./fixtures/upstream_quirks.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
@@ -306,11 +307,11 @@ export function startFakeUpstream(
       return new Response(
         new ReadableStream({
           async start(ctl) {
-            ctl.enqueue(enc.encode(`data: ${chunk("Hi")}\n\n`));
+            ctl.enqueue(enc.encode(sseFrame(chunk("Hi"))));
             heldStarted();
             await gate;
             if (!ended()) return;
-            ctl.enqueue(enc.encode(`data: ${last}\n\ndata: [DONE]\n\n`));
+            ctl.enqueue(enc.encode(sseFrame(last) + sseFrame("[DONE]")));
             ctl.close();
           },
           cancel: () => void ended(),
@@ -339,21 +340,18 @@ export function startFakeUpstream(
 }
 
 function sse(items: string[]): Response {
-  return new Response(items.map((d) => `data: ${d}\n\n`).join(""), {
+  return new Response(items.map((d) => sseFrame(d)).join(""), {
     headers: { "content-type": "text/event-stream" },
   });
 }
 
-/** Reads an SSE body into its `data:` payloads and comment lines. */
+/** Reads an SSE body into its events' `data` and its comment lines. */
 export async function readSse(
   res: Response,
 ): Promise<{ data: string[]; comments: string[] }> {
-  const text = await res.text();
-  const data: string[] = [];
   const comments: string[] = [];
-  for (const line of text.split("\n")) {
-    if (line.startsWith("data: ")) data.push(line.slice(6));
-    else if (line.startsWith(":")) comments.push(line);
-  }
+  const data = parseSSE(await res.text(), {
+    onComment: (c) => comments.push(`:${c}`),
+  }).map((e) => e.data);
   return { data, comments };
 }

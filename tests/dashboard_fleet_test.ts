@@ -1,5 +1,6 @@
 /** Fleet pages without a browser: live events, actions, join tokens, mesh colours, probe reading. */
 import assert from "node:assert/strict";
+import { SSEReader } from "../lib/sse.ts";
 import { listAudit } from "../store/audit.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
 import { enrollNode, recordHeartbeat, saveLinkTest } from "../store/nodes.ts";
@@ -65,13 +66,12 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
       signal: ac.signal,
     });
     assert.match(res.headers.get("content-type")!, /text\/event-stream/);
-    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let text = "";
-    while (!text.includes("\n\n")) text += (await reader.read()).value;
+    const events = new SSEReader(res.body!);
+    const data = await events.next();
     ac.abort();
-    await reader.cancel().catch(() => {});
-    assert.match(text, /^event: nodes\n/);
-    const live = JSON.parse(/data: (.*)\n/.exec(text)![1]!);
+    events.cancel();
+    assert.equal(events.event, "nodes");
+    const live = JSON.parse(data!);
     assert.deepEqual(
       live.map((n: { id: string; state: string; tokensPerSecond: number }) => [
         n.id,

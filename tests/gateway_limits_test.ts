@@ -1,6 +1,7 @@
 /** Exactness of admission through the whole gateway under concurrency. */
 import assert from "node:assert/strict";
 import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
+import { parseSSE } from "../lib/sse.ts";
 import {
   counterValue,
   countReservations,
@@ -49,10 +50,9 @@ Deno.test("100 concurrent streams against a small daily quota never exceed it an
         return 0;
       }
       const text = await r.text();
-      const usage = text.split("\n").filter((l) => l.startsWith("data: {")).map(
-        (l) => JSON.parse(l.slice(6)),
-      )
-        .find((c) => c.usage)?.usage;
+      const usage = parseSSE(text).filter((e) => e.data.startsWith("{")).map(
+        (e) => JSON.parse(e.data),
+      ).find((c) => c.usage)?.usage;
       return usage.total_tokens as number;
     }));
     await w.gw.idle();

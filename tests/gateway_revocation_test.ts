@@ -12,7 +12,7 @@ import {
   scriptedUpstream,
   StaticFleet,
 } from "../gateway/_testing.ts";
-import { silentLogger } from "../gateway/logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { createGateway } from "../gateway/mod.ts";
 import { createOrchardApp } from "../server.tsx";
 import { createAdminToken } from "../store/admin_tokens.ts";

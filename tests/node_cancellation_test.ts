@@ -6,7 +6,7 @@
  * count follows what its engine is really doing.
  */
 import assert from "node:assert/strict";
-import { silentLogger } from "../gateway/logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import type { GatewayOptions } from "../gateway/mod.ts";
 import { type FakeUpstream, startFakeUpstream, until } from "./_fleet.ts";
 import { api, createWorld, type TestWorld } from "./_helpers.ts";

@@ -8,7 +8,7 @@
  * serve answered 503 `model_unavailable` rather than routed or 404.
  */
 import assert from "node:assert/strict";
-import { silentLogger } from "../gateway/logger.ts";
+import { silentLogger } from "../lib/log.ts";
 import { createOpenAIEngine } from "../node/engines/openai.ts";
 import { startNodeWorker } from "../node/worker.ts";
 import { listUsageRecords } from "../store/usage.ts";

@@ -17,7 +17,7 @@ import {
   ToolCallDeltas,
   toolFinishReason,
 } from "../../lib/openai_tool_calls.ts";
-import { sseData, sseFrame } from "./_sse.ts";
+import { sseComment, SSEError, sseFrame, SSEReader } from "../../lib/sse.ts";
 import {
   type Asked,
   choiceLogprobs,
@@ -171,10 +171,11 @@ export interface StreamRequest {
 /**
  * Turns an upstream SSE body into exact OpenAI chunks, ending with a real
  * finish reason, one usage chunk (`choices: []`) and `data: [DONE]`; an
- * upstream error mid-stream becomes a final error frame. When the result
- * is cancelled or `signal` aborts, the upstream body is cancelled at once,
- * even mid-read (the fetch's abort alone left a read already waiting
- * pending in about one run in six here, with Deno 2.9.6).
+ * upstream error mid-stream, or a line or event of its stream over 1 MiB
+ * (lib/sse.ts), becomes a final error frame. When the result is cancelled
+ * or `signal` aborts, the upstream body is cancelled at once, even mid-read
+ * (the fetch's abort alone left a read already waiting pending in about
+ * one run in six here, with Deno 2.9.6).
  */
 export function normaliseStream(
   upstream: ReadableStream<Uint8Array>,
@@ -189,12 +190,13 @@ export function normaliseStream(
   let id = "";
   let created = 0;
   let usage: Usage | null = null;
-  const reader = upstream.getReader();
-  const events = sseData(reader);
+  // Caps as the gateway's on this node's own stream (1 MiB a line and an
+  // event): an engine cannot make the node buffer more.
+  const events = new SSEReader(upstream, { peer: "engine" });
   let stopped = false;
   const stop = () => {
     stopped = true;
-    reader.cancel(signal?.reason).catch(() => {});
+    events.cancel(signal?.reason);
   };
   if (signal?.aborted) stop();
   else signal?.addEventListener("abort", stop, { once: true });
@@ -213,7 +215,7 @@ export function normaliseStream(
       choices,
       ...extra,
     }));
-  const comment = (text: string) => enc.encode(`: ${text}\n\n`);
+  const comment = (text: string) => enc.encode(sseComment(text));
 
   /** Usage made here when the upstream sent none, and each choice's tokens. */
   const countUsage = async (): Promise<
@@ -271,6 +273,7 @@ export function normaliseStream(
     ctl.enqueue(enc.encode(sseFrame("[DONE]")));
     ctl.close();
     end(usage, error);
+    events.cancel();
   };
 
   return new ReadableStream<Uint8Array>({
@@ -278,13 +281,13 @@ export function normaliseStream(
       try {
         let sent = false;
         while (!sent) {
-          const { value, done } = await events.next();
+          const value = await events.next();
           if (stopped) {
             end(usage, null);
             ctl.error(signal?.reason);
             return;
           }
-          if (done || value.trim() === "[DONE]") {
+          if (value === null || value.trim() === "[DONE]") {
             return await finish(ctl, null);
           }
           for (const j of parseData(value)) {
@@ -320,9 +323,12 @@ export function normaliseStream(
           }
         }
       } catch (err) {
-        if ((err as Error)?.name === "AbortError") {
+        const cause = err instanceof SSEError && err.kind === "closed"
+          ? err.cause
+          : err;
+        if ((cause as Error)?.name === "AbortError") {
           end(usage, null);
-          ctl.error(err);
+          ctl.error(cause);
           return;
         }
         await finish(
@@ -330,7 +336,9 @@ export function normaliseStream(
           err instanceof OpenAIError ? err : new OpenAIError(
             502,
             "upstream_error",
-            "The engine stream failed",
+            err instanceof SSEError && err.kind === "too_large"
+              ? err.message
+              : "The engine stream failed",
           ),
         );
       }

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { writeFixtureModel } from "../../tools/fixture_model.ts";
 import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../lib/openai_errors.ts";
-import { sseData } from "../engines/_sse.ts";
+import { sseData } from "../../lib/sse.ts";
 import { createLlamaEngine, type LlamaEngine } from "./engine.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");

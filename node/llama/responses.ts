@@ -4,7 +4,7 @@
  * whole, and embeddings (float or base64).
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
-import { sseFrame } from "../engines/_sse.ts";
+import { sseComment, sseFrame } from "../../lib/sse.ts";
 import {
   ChoiceCollector,
   type ChoiceOutput,
@@ -54,6 +54,8 @@ export class EventQueue {
 }
 
 const PING_MS = 5_000;
+const PING = sseComment("ping");
+const DONE = sseFrame("[DONE]");
 
 function ids(kind: Kind) {
   return {
@@ -137,7 +139,7 @@ export function streamResponse(
         e = await q.nextWithin(PING_MS);
       }
       if (!e) {
-        c.enqueue(enc.encode(": ping\n\n"));
+        c.enqueue(enc.encode(PING));
         return;
       }
       finished = true;
@@ -166,7 +168,7 @@ export function streamResponse(
           enc.encode(new OpenAIError(e.status, e.code, e.message).toSSE()),
         );
       }
-      c.enqueue(enc.encode("data: [DONE]\n\n"));
+      c.enqueue(enc.encode(DONE));
       c.close();
     },
     cancel() {

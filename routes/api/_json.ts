@@ -1,45 +1,53 @@
-/** JSON helpers for the admin API: bounded body reading with clear 400s. */
+/**
+ * JSON helpers of the admin APIs (the portal's `/api/admin` and the fleet's
+ * node-facing and nodes admin APIs): bounded body reading with clear 400s
+ * and 413s, and the error body they all use.
+ */
 import type { Context } from "hono";
+import { JsonBodyError, readJsonObject } from "../../lib/json_body.ts";
 import { ServiceError, ValidationError } from "../../store/errors.ts";
 
 /** Largest admin API body accepted. */
 export const MAX_ADMIN_BODY = 64 * 1024;
 
 /** Reads a JSON object body (≤ 64 KiB), or throws a 400 naming the problem. */
-export async function readJson(c: Context): Promise<Record<string, unknown>> {
-  const type = c.req.header("content-type") ?? "";
-  if (!type.includes("application/json")) {
-    throw new ValidationError(
-      "Send a JSON body with content-type application/json",
-      "body",
-    );
-  }
-  const len = Number(c.req.header("content-length") ?? "0");
-  if (len > MAX_ADMIN_BODY) {
-    throw new ServiceError(
-      413,
-      "payload_too_large",
-      "Body is too large (max 64 KiB)",
-    );
-  }
-  const text = await c.req.text();
-  if (text.length > MAX_ADMIN_BODY) {
-    throw new ServiceError(
-      413,
-      "payload_too_large",
-      "Body is too large (max 64 KiB)",
-    );
-  }
-  let value: unknown;
+export function readJson(c: Context): Promise<Record<string, unknown>> {
+  return readJsonBody(c, MAX_ADMIN_BODY, "Body is too large (max 64 KiB)");
+}
+
+/**
+ * Reads a JSON object body of at most `max` bytes (an empty one is `{}`),
+ * sent as application/json, or throws a 400 naming the problem, or a 413.
+ */
+export async function readJsonBody(
+  c: Context,
+  max: number,
+  tooLarge = `Body is over ${max} bytes`,
+): Promise<Record<string, unknown>> {
   try {
-    value = text === "" ? {} : JSON.parse(text);
-  } catch {
-    throw new ValidationError("Body is not valid JSON", "body");
+    return await readJsonObject(c.req.raw, {
+      maxBytes: max,
+      emptyIsObject: true,
+      requireJsonType: true,
+    });
+  } catch (e) {
+    if (!(e instanceof JsonBodyError)) throw e;
+    switch (e.problem) {
+      case "not_json_type":
+        throw new ValidationError(
+          "Send a JSON body with content-type application/json",
+          "body",
+        );
+      case "too_large":
+        throw new ServiceError(413, "payload_too_large", tooLarge);
+      case "unreadable":
+        throw new ValidationError("Cannot read the request body", "body");
+      case "not_object":
+        throw new ValidationError("Body must be a JSON object", "body");
+      default:
+        throw new ValidationError("Body is not valid JSON", "body");
+    }
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new ValidationError("Body must be a JSON object", "body");
-  }
-  return value as Record<string, unknown>;
 }
 
 /** The JSON error body every admin API failure uses. */
