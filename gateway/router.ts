@@ -20,6 +20,12 @@ import { nodeHash, rendezvous } from "./affinity.ts";
  * reusing a cached prefix saves its whole prefill, worth a busier node.
  */
 const AFFINITY_SLACK = 0.5;
+/**
+ * While requests wait, how often the fleet is looked at again: a slot frees
+ * up when a request ends (which wakes a waiter at once), but also when a
+ * node comes back or joins, which only the fleet's next refresh shows.
+ */
+const RECHECK_MS = 250;
 
 /** A held slot on a node; release exactly once. */
 export interface SlotGrant {
@@ -52,6 +58,7 @@ export class NodeRouter {
   readonly #queueMax: number;
   readonly #queueTimeoutMs: number;
   readonly #nodeHashes = new Map<string, number>();
+  #recheck: ReturnType<typeof setInterval> | undefined;
 
   constructor(fleet: Fleet, opts: RouterOptions = {}) {
     this.#fleet = fleet;
@@ -112,6 +119,7 @@ export class NodeRouter {
         signal.removeEventListener("abort", onAbort);
         const i = this.#waiters.indexOf(w);
         if (i >= 0) this.#waiters.splice(i, 1);
+        this.#idle();
         reject(e);
       };
       const onAbort = () => fail(signal.reason);
@@ -124,6 +132,7 @@ export class NodeRouter {
         resolve(l);
       };
       this.#waiters.push(w);
+      this.#recheck ??= setInterval(() => this.#wake(), RECHECK_MS);
     });
   }
 
@@ -190,16 +199,24 @@ export class NodeRouter {
     return h;
   }
 
+  /** Gives free slots to waiters, first come first served (each may take several). */
   #wake(): void {
     for (let i = 0; i < this.#waiters.length; i++) {
       const w = this.#waiters[i]!;
       const cands = this.#candidates(w.model, w.exclude);
       const slot = this.#pick(cands, w.affinity);
       if (!slot) continue;
-      this.#waiters.splice(i, 1);
+      this.#waiters.splice(i--, 1);
       w.resolve(slot);
-      return;
     }
+    this.#idle();
+  }
+
+  /** Stops looking at the fleet again once nobody waits. */
+  #idle(): void {
+    if (this.#waiters.length > 0 || this.#recheck === undefined) return;
+    clearInterval(this.#recheck);
+    this.#recheck = undefined;
   }
 }
 

@@ -123,3 +123,23 @@ Deno.test("affinityOf() is the same for every turn of a conversation and null wi
     "number",
   );
 });
+
+Deno.test("NodeRouter: a request waiting for a slot gets one on a node that joins (or comes back) meanwhile", async () => {
+  const fleet = fleetOf([["a", 1]]);
+  const router = new NodeRouter(fleet, { queueTimeoutMs: 5000 });
+  const signal = new AbortController().signal;
+  const held = await router.acquire("m", signal);
+  const waiting = router.acquire("m", signal);
+  assert.equal(router.queued, 1);
+  const t0 = performance.now();
+  fleet.add("b", "http://b", MODEL, 1);
+  const slot = await waiting;
+  assert.equal(slot.node.id, "b");
+  assert.ok(
+    performance.now() - t0 < 1000,
+    "within a recheck, not the queue's deadline",
+  );
+  assert.equal(router.queued, 0);
+  slot.release();
+  held.release();
+});

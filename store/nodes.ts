@@ -239,11 +239,19 @@ export interface NodeDetail extends Omit<NodeRecord, "publicJwk"> {
 
 /** Missed heartbeats after which a node is unhealthy. */
 export const MISSED_HEARTBEATS = 3;
+/**
+ * The least silence after which a node is unhealthy, whatever its
+ * interval: gateways read node status every 500 ms (fleet/registry.ts), so
+ * with 250 ms heartbeats, 3 missed (750 ms) flagged live nodes as down and
+ * their requests got 503s.
+ */
+export const MIN_SILENCE_MS = 2000;
 
-/** Whether the last heartbeat is recent (fewer than 3 intervals missed). */
+/** Whether the last heartbeat is recent (fewer than 3 intervals missed, and at least MIN_SILENCE_MS). */
 export function isOnline(status: NodeStatus | null, now = Date.now()): boolean {
   if (!status) return false;
-  return now - Date.parse(status.at) <= status.intervalMs * MISSED_HEARTBEATS;
+  return now - Date.parse(status.at) <=
+    Math.max(status.intervalMs * MISSED_HEARTBEATS, MIN_SILENCE_MS);
 }
 
 /** The lifecycle state of a node from its record and last heartbeat. */

@@ -55,6 +55,10 @@ Deno.test("nodeState() is unhealthy after 3 missed heartbeats and follows drain 
   assert.equal(nodeState(down, status({ drainState: "drained" })), "drained");
   assert.equal(nodeState(down, status({}, 5000)), "unhealthy");
   assert.equal(nodeState(up, status({ drainState: "drained" })), "draining");
+  // Fast heartbeats: never down before 2 s of silence (gateways read status every 500 ms).
+  const fast = (ago: number) => status({ intervalMs: 250 }, ago);
+  assert.equal(isOnline(fast(1500)), true);
+  assert.equal(isOnline(fast(2100)), false);
 });
 
 Deno.test("enrollNode() consumes the token with the node; a key enrolls once; heartbeats carry drain", async () => {
