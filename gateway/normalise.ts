@@ -100,9 +100,23 @@ export function nodeFrameError(e: unknown): OpenAIError {
 }
 
 /** UTF-8 bytes of a tool call's name and arguments. */
+/**
+ * Bytes a tool call's framing takes that the engine generates but the
+ * client never sees (Hermes' `<tool_call>\n{"name": …, "arguments": …}\n
+ * </tool_call>` is ~50; Mistral's `[TOOL_CALLS]` and Llama 3's
+ * `<|python_tag|>` less): counted with each call, so billing by min(reported,
+ * counted) does not cut the tokens a tool call really cost (one cut at 600
+ * tokens was billed 242), while a node still cannot claim more than 64
+ * tokens a call beyond what it delivered.
+ */
+const TOOL_CALL_FRAMING_BYTES = 64;
+
+/** Delivered bytes of a tool call (delta): its name and arguments, and its framing when it starts a call. */
 function toolCallBytes(tc: Record<string, unknown>): number {
   const fn = tc.function as { name?: unknown; arguments?: unknown };
-  return (typeof fn.name === "string" ? utf8Length(fn.name) : 0) +
+  return (typeof fn.name === "string"
+    ? utf8Length(fn.name) + TOOL_CALL_FRAMING_BYTES
+    : 0) +
     (typeof fn.arguments === "string" ? utf8Length(fn.arguments) : 0);
 }
 
