@@ -22,7 +22,7 @@ import {
   parseChat,
   type ParsedRequest,
 } from "./validate.ts";
-import { NAME_PATTERN } from "./validate_chat.ts";
+import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { affinityOf } from "./affinity.ts";
 
 const ERROR_TYPE: Record<number, string> = {

@@ -7,6 +7,7 @@
  * validate_fields.ts, chat shapes in validate_chat.ts). Fields that pass
  * reach the node unchanged, except those the gateway handles itself.
  */
+import { parseOutputControls } from "../lib/openai_output_controls.ts";
 import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
 import {
   CHAT_FIELDS,
@@ -14,13 +15,7 @@ import {
   EMBEDDING_FIELDS,
 } from "../lib/openai_request_fields.ts";
 import { type PromptSize, promptSize, textBytes } from "./tokens.ts";
-import {
-  checkLogprobs,
-  checkMessages,
-  checkResponseFormat,
-  checkToolChoice,
-  checkTools,
-} from "./validate_chat.ts";
+import { checkLogprobs, checkMessages } from "./validate_chat.ts";
 import {
   CHAT_ONLY,
   checkFields,
@@ -112,9 +107,7 @@ export function parseChat(body: Record<string, unknown>): ParsedRequest {
   checkFields(body, CHAT_FIELDS);
   const model = checkModel(body);
   const msgs = checkMessages(body.messages);
-  const declared = checkTools(body.tools);
-  checkToolChoice(body.tool_choice, declared);
-  checkResponseFormat(body.response_format);
+  parseOutputControls(body); // tools, tool_choice, response_format
   checkLogprobs(body.logprobs, body.top_logprobs);
   checkTypes(body, CHAT_ONLY);
   const common = checkCommon(body);

@@ -1,17 +1,14 @@
 /**
  * The chat-only shapes of a request: `messages` (with assistant `tool_calls`
- * and tool `tool_call_id`), `tools`, `tool_choice`, `response_format` and
- * `logprobs`/`top_logprobs`. Each 400 names the exact param path, as OpenAI
- * does (`tools[0].function.name`, `messages[2].tool_call_id`).
+ * and tool `tool_call_id`) and `logprobs`/`top_logprobs` (`tools`,
+ * `tool_choice` and `response_format` are lib/openai_output_controls.ts's,
+ * shared with the engine). Each 400 names the exact param path, as OpenAI
+ * does (`messages[2].tool_call_id`).
  */
-import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
+import { invalidParam as bad } from "../lib/openai_errors.ts";
 
 /** Most messages in one chat request. */
 export const MAX_MESSAGES = 2048;
-/** Most tools in one chat request (OpenAI's limit). */
-export const MAX_TOOLS = 128;
-/** Names of functions and JSON schemas, as OpenAI accepts them. */
-export const NAME_PATTERN = /^[a-zA-Z0-9_-]{1,64}$/;
 /** Most `top_logprobs` OpenAI returns per token. */
 export const MAX_TOP_LOGPROBS = 20;
 
@@ -38,113 +35,6 @@ function object(v: unknown, at: string): Record<string, unknown> {
   return v;
 }
 
-function name(v: unknown, at: string): string {
-  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
-    throw bad(at, `${at} must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
-
-function optional(
-  o: Record<string, unknown>,
-  key: string,
-  at: string,
-  ok: (v: unknown) => boolean,
-  what: string,
-): void {
-  if (given(o[key]) && !ok(o[key])) {
-    throw bad(`${at}.${key}`, `${at}.${key} must be ${what}`, "invalid_type");
-  }
-}
-
-/** Validates `tools`; returns the names of the declared functions. */
-export function checkTools(v: unknown): Set<string> {
-  const names = new Set<string>();
-  if (!given(v)) return names;
-  if (!Array.isArray(v)) {
-    throw bad("tools", "tools must be an array of tools", "invalid_type");
-  }
-  if (v.length > MAX_TOOLS) {
-    throw bad(
-      "tools",
-      `tools must hold at most ${MAX_TOOLS} items`,
-      "array_above_max_length",
-    );
-  }
-  v.forEach((t, i) => {
-    const at = `tools[${i}]`;
-    const tool = object(t, at);
-    if (tool.type === "custom") {
-      throw unsupportedParam(
-        `${at}.type`,
-        `${at}.type: custom tools are not supported; declare a function tool`,
-      );
-    }
-    if (tool.type !== "function") {
-      throw bad(`${at}.type`, `${at}.type must be "function"`);
-    }
-    const fn = object(tool.function, `${at}.function`);
-    names.add(name(fn.name, `${at}.function.name`));
-    const where = `${at}.function`;
-    optional(
-      fn,
-      "description",
-      where,
-      (x) => typeof x === "string",
-      "a string",
-    );
-    optional(fn, "parameters", where, isObj, "a JSON Schema object");
-    optional(fn, "strict", where, (x) => typeof x === "boolean", "a boolean");
-  });
-  return names;
-}
-
-/** Validates `tool_choice` against the declared function names. */
-export function checkToolChoice(v: unknown, declared: Set<string>): void {
-  if (!given(v) || v === "none" || v === "auto") return;
-  if (v === "required") {
-    if (declared.size > 0) return;
-    throw bad("tool_choice", 'tool_choice "required" needs at least one tool');
-  }
-  if (isObj(v) && v.type === "function") {
-    const fn = object(v.function, "tool_choice.function");
-    const n = name(fn.name, "tool_choice.function.name");
-    if (declared.has(n)) return;
-    throw bad(
-      "tool_choice.function.name",
-      `tool_choice names the function ${n}, which is not among tools`,
-    );
-  }
-  if (isObj(v) && (v.type === "allowed_tools" || v.type === "custom")) {
-    throw unsupportedParam(
-      "tool_choice.type",
-      `tool_choice of type ${v.type} is not supported; use "auto", "required" or a function`,
-    );
-  }
-  throw bad(
-    "tool_choice",
-    'tool_choice must be "none", "auto", "required" or {"type":"function","function":{"name":…}}',
-  );
-}
-
-/** Validates `response_format`. */
-export function checkResponseFormat(v: unknown): void {
-  if (!given(v)) return;
-  const rf = object(v, "response_format");
-  if (rf.type === "text" || rf.type === "json_object") return;
-  if (rf.type !== "json_schema") {
-    throw bad(
-      "response_format.type",
-      'response_format.type must be "text", "json_object" or "json_schema"',
-    );
-  }
-  const at = "response_format.json_schema";
-  const js = object(rf.json_schema, at);
-  name(js.name, `${at}.name`);
-  optional(js, "schema", at, isObj, "a JSON Schema object");
-  optional(js, "strict", at, (x) => typeof x === "boolean", "a boolean");
-  optional(js, "description", at, (x) => typeof x === "string", "a string");
-}
 
 /** Validates `logprobs` (a boolean on chat) and `top_logprobs` (0–20, needs logprobs). */
 export function checkLogprobs(logprobs: unknown, top: unknown): void {

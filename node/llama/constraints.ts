@@ -22,7 +22,10 @@ import {
 } from "./json_schema_grammar.ts";
 import type { GrammarSpec } from "./protocol.ts";
 import { TOOL_CALL_FORMATS, type ToolFamily } from "./tool_calls.ts";
-import type { OutputControls, ToolDef } from "./tool_requests.ts";
+import type {
+  OutputControls,
+  ToolDef,
+} from "../../lib/openai_output_controls.ts";
 
 /** Escapes text for a regex. */
 function re(text: string): string {

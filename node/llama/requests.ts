@@ -8,7 +8,10 @@ import { OpenAIError } from "../../lib/openai_errors.ts";
 import type { OpenAIBody } from "../engine.ts";
 import type { ChatMessage, SamplingParams } from "./protocol.ts";
 import { refuseUnsupported } from "./request_fields.ts";
-import { type OutputControls, parseOutputControls } from "./tool_requests.ts";
+import {
+  type OutputControls,
+  parseOutputControls,
+} from "../../lib/openai_output_controls.ts";
 
 /** A parsed generation request. */
 export interface GenerationRequest {
