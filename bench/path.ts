@@ -148,7 +148,7 @@ async function main() {
     console.log(
       "\n| target | max req/s | CPU µs/req (max load) | CPU µs/req @500/s: all (per process) | p50 / p90 / p99 ms @500/s | p90 ms @" +
         high +
-        "/s | stream TTFB p50 ms | CPU µs/stream | stream p99 ms (worst round) | failed |",
+        "/s | stream TTFB p50 ms | CPU µs/stream: all (per process) | stream p99 ms (worst round) | failed |",
     );
     console.log(
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -163,9 +163,11 @@ async function main() {
           f2(fr[n]!.p50)
         } / ${f2(fr[n]!.p90)} / ${f2(fr[n]!.p99)} | ${f2(hr[n]!.p90)} | ${
           f2(st[n]!.ttfb50)
-        } | ${st[n]!.cpuPerReqUs.toFixed(0)} | ${f2(st[n]!.p99)} (${
-          f2(worstStreamP99[n]!)
-        }) | ${tp[n]!.failed} |`,
+        } | ${st[n]!.cpuPerReqUs.toFixed(0)} (${
+          t.pids.map((_, i) => perProcess(st[n]!, i).toFixed(0)).join(" + ")
+        }) | ${f2(st[n]!.p99)} (${f2(worstStreamP99[n]!)}) | ${
+          tp[n]!.failed
+        } |`,
       );
     }
     const ratio = (a: number, b: number) => `${f2(a / b)}×`;

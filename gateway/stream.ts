@@ -71,7 +71,7 @@ export function relayStream(
   const body = new ReadableStream<Uint8Array>({
     async start(controller) {
       const send = (s: string | null) => {
-        if (s === null || cancelled) return;
+        if (s === null || s === "" || cancelled) return;
         try {
           controller.enqueue(ENC.encode(s));
         } catch {
@@ -79,6 +79,8 @@ export function relayStream(
         }
       };
       let err: OpenAIError | null = null;
+      /** Frames made from the node's events and not yet sent (see below). */
+      let pending = "";
       try {
         let data = call.first;
         if (data === null && !call.reader.ended) {
@@ -108,7 +110,12 @@ export function relayStream(
           }
           const out = sink.data(data);
           if (sink.sawText) ex.firstToken();
-          send(out);
+          if (out !== null) pending += out;
+          // The events that came in the same read go out in one write.
+          data = call.reader.buffered();
+          if (data !== null) continue;
+          send(pending);
+          pending = "";
           if (cancelled) break;
           data = await call.reader.next(
             Math.min(o.idleTimeoutMs, call.deadline - Date.now()),
@@ -131,7 +138,7 @@ export function relayStream(
       }
       call.reader.cancel();
       call.close();
-      send(err ? sink.error(err) : sink.end());
+      send(pending + (err ? sink.error(err) : sink.end()));
       if (!cancelled) {
         try {
           controller.close();

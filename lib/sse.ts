@@ -258,6 +258,15 @@ export class SSEReader {
     }
   }
 
+  /**
+   * The next event if it already arrived (its bytes came with an earlier
+   * read), else null without reading: relays send the events of one read
+   * as one write instead of a write each.
+   */
+  buffered(): string | null {
+    return this.#parser.next();
+  }
+
   /** The type of the event `next` returned last. */
   get event(): string {
     return this.#parser.event;

@@ -207,15 +207,24 @@ export function normaliseStream(
     signal?.removeEventListener("abort", stop);
   };
   const chunk = (choices: Json[], extra: Json = {}) =>
-    enc.encode(sseFrame({
+    sseFrame({
       id: id ||= newId(kind),
       object,
       created: created ||= Math.floor(Date.now() / 1000),
       model,
       choices,
       ...extra,
-    }));
-  const comment = (text: string) => enc.encode(sseComment(text));
+    });
+  /**
+   * Frames made and not yet sent: the events of one upstream read go out
+   * as one chunk (one write at each hop), not one each.
+   */
+  let pending = "";
+  const flush = (ctl: ReadableStreamDefaultController<Uint8Array>) => {
+    if (pending === "") return;
+    ctl.enqueue(enc.encode(pending));
+    pending = "";
+  };
 
   /** Usage made here when the upstream sent none, and each choice's tokens. */
   const countUsage = async (): Promise<
@@ -241,7 +250,7 @@ export function normaliseStream(
     ctl: ReadableStreamDefaultController<Uint8Array>,
     error: OpenAIError | null,
   ) => {
-    if (error) ctl.enqueue(enc.encode(error.toSSE()));
+    if (error) pending += error.toSSE();
     else {
       let note = "";
       let tokensOf: (i: number) => number;
@@ -249,6 +258,7 @@ export function normaliseStream(
         const total = usage.completion_tokens;
         tokensOf = () => total;
       } else {
+        flush(ctl); // what came goes out while the tokens are counted
         const made = await countUsage();
         if (ended) return; // cancelled meanwhile
         if (stopped) {
@@ -263,14 +273,15 @@ export function normaliseStream(
           : "usage estimated by orchard: the upstream reported none";
       }
       const closing = state.unfinished(tokensOf);
-      if (closing.length) ctl.enqueue(chunk(closing));
-      if (note) ctl.enqueue(comment(note));
+      if (closing.length) pending += chunk(closing);
+      if (note) pending += sseComment(note);
       if (asked.logprobs && !state.sawLogprobs) {
-        ctl.enqueue(comment("logprobs requested: the upstream sent none"));
+        pending += sseComment("logprobs requested: the upstream sent none");
       }
-      ctl.enqueue(chunk([], { usage }));
+      pending += chunk([], { usage });
     }
-    ctl.enqueue(enc.encode(sseFrame("[DONE]")));
+    pending += sseFrame("[DONE]");
+    flush(ctl);
     ctl.close();
     end(usage, error);
     events.cancel();
@@ -279,9 +290,11 @@ export function normaliseStream(
   return new ReadableStream<Uint8Array>({
     async pull(ctl) {
       try {
+        // One upstream event at least, then those already read with it.
         let sent = false;
-        while (!sent) {
-          const value = await events.next();
+        for (;;) {
+          const value = sent ? events.buffered() : await events.next();
+          if (sent && value === null) return flush(ctl);
           if (stopped) {
             end(usage, null);
             ctl.error(signal?.reason);
@@ -318,7 +331,7 @@ export function normaliseStream(
             const extra: Json = typeof j.system_fingerprint === "string"
               ? { system_fingerprint: j.system_fingerprint }
               : {};
-            ctl.enqueue(chunk(choices, extra));
+            pending += chunk(choices, extra);
             sent = true;
           }
         }
