@@ -49,6 +49,8 @@ export interface Fleet {
     promptOverhead?: EngineModel["promptOverhead"];
     nodeIds: string[];
   }[];
+  /** Every enrolled node, whatever its state (for metrics and pages). */
+  nodes?(): NodeView[];
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**

@@ -289,7 +289,10 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
 
 /** A fleet over fixed nodes (each an upstream URL); `fetchNode` calls the URL directly. */
 export class StaticFleet implements Fleet {
-  nodes: NodeView[] = [];
+  readonly list: NodeView[] = [];
+  nodes(): NodeView[] {
+    return this.list;
+  }
   aliases = new Map<string, string>();
 
   /** Adds a node serving `models` with `slots` slots. */
@@ -311,7 +314,7 @@ export class StaticFleet implements Fleet {
       lastHeartbeatAt: new Date().toISOString(),
       enrolledAt: new Date().toISOString(),
     };
-    this.nodes.push(n);
+    this.list.push(n);
     for (const m of models) {
       for (const a of m.aliases ?? []) this.aliases.set(a, m.id);
     }
@@ -320,7 +323,7 @@ export class StaticFleet implements Fleet {
 
   candidates(model: string): NodeView[] {
     const id = this.resolveModel(model);
-    return this.nodes.filter((n) =>
+    return this.list.filter((n) =>
       n.state === "healthy" &&
       n.models.some((m) => m.id === id && m.servable !== false)
     );
@@ -328,7 +331,7 @@ export class StaticFleet implements Fleet {
 
   servedModels() {
     const out = new Map<string, ReturnType<Fleet["servedModels"]>[number]>();
-    for (const n of this.nodes) {
+    for (const n of this.list) {
       if (n.state !== "healthy") continue;
       for (const m of n.models) {
         if (m.servable === false) continue;
@@ -353,11 +356,11 @@ export class StaticFleet implements Fleet {
 
   knownModel(model: string): boolean {
     const id = this.resolveModel(model);
-    return this.nodes.some((n) => n.models.some((m) => m.id === id));
+    return this.list.some((n) => n.models.some((m) => m.id === id));
   }
 
   nodeTarget(nodeId: string): Promise<NodeTarget> {
-    const n = this.nodes.find((x) => x.id === nodeId);
+    const n = this.list.find((x) => x.id === nodeId);
     if (!n) return Promise.reject(new Error(`unknown node ${nodeId}`));
     return Promise.resolve({ url: n.url, headers: {} });
   }
@@ -367,7 +370,7 @@ export class StaticFleet implements Fleet {
     path: string,
     init: RequestInit,
   ): Promise<Response> {
-    const n = this.nodes.find((x) => x.id === nodeId);
+    const n = this.list.find((x) => x.id === nodeId);
     if (!n) return Promise.reject(new Error(`unknown node ${nodeId}`));
     return fetch(n.url + path, init);
   }

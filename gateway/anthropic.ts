@@ -449,7 +449,7 @@ export async function messages(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "messages");
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     const p = toOpenAI(await readBody(core, req));
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
@@ -506,7 +506,7 @@ export async function countTokens(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "messages");
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     const body = await readBody(core, req);
     body.max_tokens ??= 1;
     const p = toOpenAI(body);

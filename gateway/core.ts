@@ -280,6 +280,8 @@ export class Exchange {
   readonly t0 = performance.now();
   readonly startedAt = Date.now();
   ctx: AuthContext | null = null;
+  /** The authenticated key's tenant slug (set before validation, for metrics). */
+  tenantSlug: string | null = null;
   model = "";
   nodeId: string | null = null;
   reservation: Reservation | null = null;
@@ -387,6 +389,13 @@ export class Exchange {
     );
   }
 
+  /** Authenticates the request's key (see GatewayCore.authenticate), noting its tenant. */
+  async authenticate(req: Request, scope: Scope | null): Promise<AuthContext> {
+    const ctx = await this.core.authenticate(req, scope);
+    this.tenantSlug = ctx.tenant.slug;
+    return ctx;
+  }
+
   /** Ends the exchange: settles, meters and counts. Idempotent. */
   finish(): void {
     if (this.#done) return;
@@ -402,6 +411,11 @@ export class Exchange {
       this.completionTokens,
       latencyMs,
       this.ttftMs,
+      {
+        tenant: this.tenantSlug,
+        node: this.nodeId,
+        outcome: this.outcome,
+      },
     );
     if (!ctx || !this.model) return;
     this.core.usage.add({

@@ -175,7 +175,7 @@ export async function completions(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, kind);
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     const body = await readBody(core, req);
     const p = kind === "chat" ? parseChat(body) : parseCompletion(body);
     const m = core.resolveModel(ctx, p.model, "chat");
@@ -248,7 +248,7 @@ export async function embeddings(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "embeddings");
   try {
-    const ctx = await core.authenticate(req, "embeddings");
+    const ctx = await ex.authenticate(req, "embeddings");
     const body = await readBody(core, req);
     const p = parseEmbeddings(body);
     const m = core.resolveModel(ctx, p.model, "embedding");
@@ -314,7 +314,7 @@ export async function models(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "chat");
   try {
-    const ctx = await core.authenticate(req, "models");
+    const ctx = await ex.authenticate(req, "models");
     const list = core.fleet.servedModels().filter((m) =>
       modelAllowed(ctx, m.id, m.id) ||
       m.aliases.some((a) => modelAllowed(ctx, m.id, a))

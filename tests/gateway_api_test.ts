@@ -232,7 +232,7 @@ Deno.test("a model whose only node is draining or down is 503 with retry-after, 
   const w = await createWorld();
   try {
     for (const state of ["draining", "unhealthy"] as const) {
-      w.fleet.nodes[0]!.state = state;
+      w.fleet.list[0]!.state = state;
       const res = await w.post("/v1/chat/completions", chat());
       assert.equal(res.status, 503, state);
       assert.equal(res.headers.get("retry-after"), "5");

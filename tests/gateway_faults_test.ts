@@ -147,7 +147,7 @@ Deno.test("when every slot is busy requests queue, then get 503 with retry-after
     script: { words, delayMs: 8 },
     gateway: { router: { queueTimeoutMs: 100 } },
   });
-  w.fleet.nodes[0]!.stats.slots = 1;
+  w.fleet.list[0]!.stats.slots = 1;
   try {
     const first = await w.post("/v1/chat/completions", body);
     const second = await w.post("/v1/chat/completions", plain);
