@@ -16,6 +16,7 @@ import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
 import { k } from "../store/kv_keys.ts";
+import { activeSpan, withSpan } from "../lib/trace.ts";
 import type { UsageRecord } from "../store/usage.ts";
 import {
   type AuthContext,
@@ -301,6 +302,8 @@ export class Exchange {
   outcome: UsageRecord["outcome"] = "ok";
   headers: Record<string, string> = {};
   #done = false;
+  /** The request's span (Deno.serve's, when tracing is on: lib/trace.ts). */
+  readonly #span = activeSpan();
 
   constructor(
     readonly core: GatewayCore,
@@ -309,7 +312,15 @@ export class Exchange {
   ) {}
 
   /** Admits the request against every limit (429 or 503 when refused), setting rate-limit headers. */
-  async admit(
+  admit(
+    ctx: AuthContext,
+    p: ParsedRequest,
+    model: Pick<ResolvedModel, "contextLength" | "promptOverhead"> | null,
+  ): Promise<number> {
+    return withSpan("orchard.admission", {}, () => this.#admit(ctx, p, model));
+  }
+
+  async #admit(
     ctx: AuthContext,
     p: ParsedRequest,
     model: Pick<ResolvedModel, "contextLength" | "promptOverhead"> | null,
@@ -346,7 +357,9 @@ export class Exchange {
 
   /** Records the first token's time (once). */
   firstToken(): void {
-    this.ttftMs ??= Math.round(performance.now() - this.t0);
+    if (this.ttftMs !== null) return;
+    this.ttftMs = Math.round(performance.now() - this.t0);
+    this.#span?.addEvent("orchard.first_token");
   }
 
   /** Sets billed usage from the node's report (may be null) and what was counted. */
@@ -390,10 +403,12 @@ export class Exchange {
   }
 
   /** Authenticates the request's key (see GatewayCore.authenticate), noting its tenant. */
-  async authenticate(req: Request, scope: Scope | null): Promise<AuthContext> {
-    const ctx = await this.core.authenticate(req, scope);
-    this.tenantSlug = ctx.tenant.slug;
-    return ctx;
+  authenticate(req: Request, scope: Scope | null): Promise<AuthContext> {
+    return withSpan("orchard.authenticate", {}, async () => {
+      const ctx = await this.core.authenticate(req, scope);
+      this.tenantSlug = ctx.tenant.slug;
+      return ctx;
+    });
   }
 
   /** Ends the exchange: settles, meters and counts. Idempotent. */
@@ -403,6 +418,18 @@ export class Exchange {
     this.#settle();
     const latencyMs = Math.round(performance.now() - this.t0);
     const ctx = this.ctx;
+    this.#span?.setAttributes({
+      "orchard.request_id": this.requestId,
+      "orchard.endpoint": this.endpoint,
+      "orchard.tenant": this.tenantSlug ?? "",
+      "orchard.key_id": ctx?.key.id ?? "",
+      "orchard.model": this.model,
+      "orchard.node": this.nodeId ?? "",
+      "orchard.status": this.status,
+      "orchard.outcome": this.outcome,
+      "orchard.prompt_tokens": this.promptTokens,
+      "orchard.completion_tokens": this.completionTokens,
+    });
     this.core.metrics.request(
       this.endpoint,
       this.model || "-",

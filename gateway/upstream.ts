@@ -20,6 +20,7 @@ import type { Fleet } from "../fleet/types.ts";
 import type { NodeRouter, SlotGrant } from "./router.ts";
 import { SSEError, SSEReader, type SSEReaderOptions } from "../lib/sse.ts";
 import { after, cancel, race } from "./timers.ts";
+import { traceparent, withSpan } from "../lib/trace.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
@@ -151,13 +152,21 @@ export class Upstream {
     let exclude: string | null = null;
     for (let attempt = 0;; attempt++) {
       if (this.#stopped) throw stoppingError();
-      const slot = await this.router.acquire(model, signal, exclude, affinity);
+      const slot = await withSpan(
+        "orchard.queue",
+        { "orchard.model": model },
+        () => this.router.acquire(model, signal, exclude, affinity),
+      );
       if (this.#stopped) {
         slot.release();
         throw stoppingError();
       }
       try {
-        return await this.#once(slot, path, body, stream, signal, requestId);
+        return await withSpan(
+          "orchard.node_call",
+          { "orchard.node": slot.node.id, "orchard.attempt": attempt },
+          () => this.#once(slot, path, body, stream, signal, requestId),
+        );
       } catch (e) {
         slot.release();
         if (e instanceof Retryable && this.#stopped) throw stoppingError();
@@ -342,12 +351,14 @@ export class Upstream {
     onSent: () => void,
   ): Promise<Http1Response> {
     const target = await this.fleet.nodeTarget(nodeId);
+    const parent = traceparent(); // the node's spans join this trace
     return await this.client.request(target.url, path, {
       method: "POST",
       headers: {
         ...target.headers,
         "content-type": "application/json",
         "x-request-id": requestId,
+        ...(parent ? { traceparent: parent } : {}),
       },
       body,
       signal,

@@ -6,6 +6,7 @@
  * up). Tracks requests in progress so a drain can report when it is done,
  * and so each one's engine work stops when nobody wants it (in_flight.ts).
  */
+import { startSpan } from "../lib/trace.ts";
 import { Hono } from "hono";
 import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
 import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
@@ -119,16 +120,23 @@ function track(
   res: Response,
   done: () => void,
   cancelled: () => void,
+  firstChunk: () => void = () => {},
 ): Response {
   if (!res.body) {
+    firstChunk();
     done();
     return res;
   }
   const reader = res.body.getReader();
+  let first = true;
   const body = new ReadableStream<Uint8Array>({
     async pull(ctl) {
       try {
         const { value, done: end } = await reader.read();
+        if (first) {
+          first = false;
+          firstChunk();
+        }
         if (end) {
           ctl.close();
           done();
@@ -189,13 +197,34 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
         c.req.raw.signal,
       );
       const drained = drain.begin();
+      // The engine's time, as spans of the request's trace (lib/trace.ts):
+      // waiting for a slot and its answer, then to the first chunk
+      // (prefill), then to the end (decode).
+      const attrs = { "orchard.engine": engine.kind };
+      let phase = startSpan("orchard.engine.queue", attrs);
+      const next = (name: string) => {
+        phase.end();
+        phase = startSpan(name, attrs);
+      };
+      let finished = false;
       const done = () => {
+        if (finished) return;
+        finished = true;
+        phase.end();
         req.end();
         drained();
       };
       try {
         const body = await readBody(c.req.raw, max);
-        return track(await call(body, req.signal), done, () => req.cancel());
+        phase.setAttribute("orchard.model", String(body.model ?? ""));
+        const res = await call(body, req.signal);
+        next("orchard.engine.prefill");
+        return track(
+          res,
+          done,
+          () => req.cancel(),
+          () => next("orchard.engine.decode"),
+        );
       } catch (err) {
         done();
         throw err;
