@@ -325,6 +325,7 @@ if (role === "upstream") {
     },
     lastHeartbeatAt: null,
     enrolledAt: new Date().toISOString(),
+    dedicatedTo: null,
   };
   const target = { url: upstream, headers: {} };
   const fleet: Fleet = {

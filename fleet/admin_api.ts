@@ -13,6 +13,7 @@ import {
   listLinkTests,
   listNodes,
   removeNode,
+  setNodeDedication,
   setNodeDrain,
 } from "../store/nodes.ts";
 import { requirePlatform } from "../store/principal.ts";
@@ -25,7 +26,7 @@ import type { Fleet } from "./types.ts";
 export interface NodesAdminDeps {
   store: Store;
   /** Calls nodes with a gateway-signed JWT (the registry from createFleet). */
-  fleet: Pick<Fleet, "fetchNode">;
+  fleet: Pick<Fleet, "fetchNode"> & { refresh?(): Promise<void> };
   config: Pick<Config, "publicUrl">;
   /** The link-test runner, shared with the portal's mesh page (default: a new one). */
   links?: LinkTests;
@@ -87,6 +88,25 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
     c.json(
       await setNodeDrain(store, c.get("principal"), c.req.param("id"), false),
     ));
+  // Dedicates a node to a tenant (`{"tenantId": "…"}`) or shares it again
+  // (`{"tenantId": null}`); this gateway routes by it before answering.
+  api.put("/nodes/:id/dedication", async (c) => {
+    const body = await readJsonBody(c, MAX_BODY);
+    if (!("tenantId" in body)) {
+      throw new ValidationError(
+        "tenantId is required (a tenant id, or null to share)",
+        "tenantId",
+      );
+    }
+    const node = await setNodeDedication(
+      store,
+      c.get("principal"),
+      c.req.param("id"),
+      body.tenantId === null ? null : String(body.tenantId),
+    );
+    await deps.fleet.refresh?.();
+    return c.json(node);
+  });
   api.delete("/nodes/:id", async (c) => {
     await removeNode(store, c.get("principal"), c.req.param("id"));
     return c.json({ id: c.req.param("id"), removed: true });

@@ -74,6 +74,8 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   }
   let records = new Map<string, NodeRecord>();
   let statuses = new Map<string, NodeStatus>();
+  /** Tenants some node is dedicated to. */
+  let dedicated = new Set<string>();
   const jwts = new Map<string, NodeJwt>();
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -91,6 +93,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     for await (const e of it) s.set(String(e.key[1]), e.value);
     records = r;
     statuses = s;
+    dedicated = new Set(
+      [...r.values()].map((n) => n.dedicatedTo).filter((t): t is string => !!t),
+    );
     for (const id of jwts.keys()) if (!r.has(id)) jwts.delete(id);
   }
 
@@ -120,6 +125,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       stats: st?.stats ?? NO_STATS,
       lastHeartbeatAt: st?.at ?? null,
       enrolledAt: rec.enrolledAt,
+      dedicatedTo: rec.dedicatedTo ?? null,
     };
   }
 
@@ -246,6 +252,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     nodes() {
       const now = Date.now();
       return [...records.values()].map((r) => view(r, now));
+    },
+    hasDedicated(tenantId) {
+      return dedicated.has(tenantId);
     },
     refresh,
     async close() {

@@ -22,6 +22,8 @@ export interface NodeView {
   stats: EngineStats;
   lastHeartbeatAt: string | null;
   enrolledAt: string;
+  /** The tenant it serves alone, or null (shared). */
+  dedicatedTo: string | null;
 }
 
 /** Where a node is called, and the headers each call carries. */
@@ -51,6 +53,8 @@ export interface Fleet {
   }[];
   /** Every enrolled node, whatever its state (for metrics and pages). */
   nodes?(): NodeView[];
+  /** Whether some enrolled node (in any state) is dedicated to the tenant. */
+  hasDedicated?(tenantId: string): boolean;
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**

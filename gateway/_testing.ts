@@ -313,12 +313,17 @@ export class StaticFleet implements Fleet {
       },
       lastHeartbeatAt: new Date().toISOString(),
       enrolledAt: new Date().toISOString(),
+      dedicatedTo: null,
     };
     this.list.push(n);
     for (const m of models) {
       for (const a of m.aliases ?? []) this.aliases.set(a, m.id);
     }
     return n;
+  }
+
+  hasDedicated(tenantId: string): boolean {
+    return this.list.some((n) => n.dedicatedTo === tenantId);
   }
 
   candidates(model: string): NodeView[] {

@@ -24,6 +24,7 @@ import {
 } from "./validate.ts";
 import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { affinityOf } from "./affinity.ts";
+import { routeTenant } from "./router.ts";
 
 const ERROR_TYPE: Record<number, string> = {
   400: "invalid_request_error",
@@ -465,6 +466,7 @@ export async function messages(
       req.signal,
       requestId,
       affinityOf(p.body),
+      routeTenant(ctx),
     );
     ex.nodeId = up.slot.node.id;
     const headers = {

@@ -18,6 +18,7 @@ import { relayStream, type StreamSink } from "./stream.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 import { modelAllowed } from "./auth.ts";
 import { affinityOf } from "./affinity.ts";
+import { routeTenant } from "./router.ts";
 
 const DONE = sseFrame("[DONE]");
 const PING = sseComment("ping");
@@ -194,6 +195,7 @@ export async function completions(
       req.signal,
       requestId,
       affinityOf(body),
+      routeTenant(ctx),
     );
     ex.nodeId = up.slot.node.id;
     if (up.kind === "stream") {
@@ -262,6 +264,8 @@ export async function embeddings(
       false,
       req.signal,
       requestId,
+      null,
+      routeTenant(ctx),
     );
     ex.nodeId = up.slot.node.id;
     up.close();

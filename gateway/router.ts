@@ -33,10 +33,28 @@ export interface SlotGrant {
   release(): void;
 }
 
+/** Who a request is for, as routing needs it (gateway/core.ts AuthContext's tenant). */
+export interface RouteTenant {
+  id: string;
+  /** With dedicated nodes: may it use shared ones when its own cannot take it? */
+  overflowToShared: boolean;
+}
+
+/** The routing view of a request's tenant. */
+export function routeTenant(
+  ctx: { tenant: { id: string; overflowToShared?: boolean } },
+): RouteTenant {
+  return {
+    id: ctx.tenant.id,
+    overflowToShared: ctx.tenant.overflowToShared === true,
+  };
+}
+
 interface Waiter {
   model: string;
   exclude: string | null;
   affinity: number | null;
+  tenant: RouteTenant | null;
   resolve: (l: SlotGrant) => void;
   reject: (e: unknown) => void;
   done: boolean;
@@ -86,9 +104,10 @@ export class NodeRouter {
     signal: AbortSignal,
     exclude: string | null = null,
     affinity: number | null = null,
+    tenant: RouteTenant | null = null,
   ): Promise<SlotGrant> {
-    const cands = this.#candidates(model, exclude);
-    if (cands.length === 0) {
+    const [cands, fallback] = this.#candidates(model, exclude, tenant);
+    if (cands.length === 0 && fallback.length === 0) {
       return Promise.reject(
         new OpenAIError(
           503,
@@ -100,7 +119,7 @@ export class NodeRouter {
         ),
       );
     }
-    const slot = this.#pick(cands, affinity);
+    const slot = this.#pick(cands, affinity) ?? this.#pick(fallback, affinity);
     if (slot) return Promise.resolve(slot);
     if (this.#waiters.length >= this.#queueMax) return Promise.reject(busy());
     return new Promise<SlotGrant>((resolve, reject) => {
@@ -108,6 +127,7 @@ export class NodeRouter {
         model,
         exclude,
         affinity,
+        tenant,
         resolve,
         reject,
         done: false,
@@ -136,9 +156,25 @@ export class NodeRouter {
     });
   }
 
-  #candidates(model: string, exclude: string | null): NodeView[] {
-    const all = this.#fleet.candidates(model);
-    return exclude ? all.filter((n) => n.id !== exclude) : all;
+  /**
+   * The nodes a request may use, first choice then fallback. A tenant with
+   * dedicated nodes gets its own (and shared ones as fallback only when it
+   * may overflow); every other request gets shared nodes only, so a
+   * dedicated node never serves another tenant.
+   */
+  #candidates(
+    model: string,
+    exclude: string | null,
+    tenant: RouteTenant | null,
+  ): [NodeView[], NodeView[]] {
+    let all = this.#fleet.candidates(model);
+    if (exclude) all = all.filter((n) => n.id !== exclude);
+    const shared = all.filter((n) => !n.dedicatedTo);
+    if (!tenant || !this.#fleet.hasDedicated?.(tenant.id)) {
+      return [shared.length === all.length ? all : shared, []];
+    }
+    const own = all.filter((n) => n.dedicatedTo === tenant.id);
+    return [own, tenant.overflowToShared ? shared : []];
   }
 
   /**
@@ -203,8 +239,9 @@ export class NodeRouter {
   #wake(): void {
     for (let i = 0; i < this.#waiters.length; i++) {
       const w = this.#waiters[i]!;
-      const cands = this.#candidates(w.model, w.exclude);
-      const slot = this.#pick(cands, w.affinity);
+      const [cands, fallback] = this.#candidates(w.model, w.exclude, w.tenant);
+      const slot = this.#pick(cands, w.affinity) ??
+        this.#pick(fallback, w.affinity);
       if (!slot) continue;
       this.#waiters.splice(i--, 1);
       w.resolve(slot);

@@ -17,7 +17,7 @@ import {
   type Http1Response,
 } from "../lib/http1_client.ts";
 import type { Fleet } from "../fleet/types.ts";
-import type { NodeRouter, SlotGrant } from "./router.ts";
+import type { NodeRouter, RouteTenant, SlotGrant } from "./router.ts";
 import { SSEError, SSEReader, type SSEReaderOptions } from "../lib/sse.ts";
 import { after, cancel, race } from "./timers.ts";
 import { traceparent, withSpan } from "../lib/trace.ts";
@@ -148,6 +148,7 @@ export class Upstream {
     signal: AbortSignal,
     requestId: string,
     affinity: number | null = null,
+    tenant: RouteTenant | null = null,
   ): Promise<UpstreamResult> {
     let exclude: string | null = null;
     for (let attempt = 0;; attempt++) {
@@ -155,7 +156,7 @@ export class Upstream {
       const slot = await withSpan(
         "orchard.queue",
         { "orchard.model": model },
-        () => this.router.acquire(model, signal, exclude, affinity),
+        () => this.router.acquire(model, signal, exclude, affinity, tenant),
       );
       if (this.#stopped) {
         slot.release();

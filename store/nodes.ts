@@ -12,6 +12,7 @@ import {
   NotFoundError,
   ServiceError,
   UnauthorizedError,
+  ValidationError,
 } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { consumeJoinToken, type JoinRejection } from "./join_tokens.ts";
@@ -33,6 +34,13 @@ export interface NodeRecord {
   enrolledAt: string;
   joinTokenId: string;
   version: string | null;
+  /**
+   * The tenant this node serves alone (platform admins set it): only that
+   * tenant's requests reach it, and that tenant's requests go only to its
+   * dedicated nodes (or overflow to shared ones: Tenant.overflowToShared).
+   * Absent or null: shared by every tenant without dedicated nodes.
+   */
+  dedicatedTo?: string | null;
 }
 
 /** What a node reported in its last heartbeat. */
@@ -333,6 +341,47 @@ export async function setNodeDrain(
       tenantId: null,
       before: { drain: entry.value.drain },
       after: { drain },
+    });
+    if ((await op.commit()).ok) return await detail(store, next, Date.now());
+  }
+  throw new ConflictError("Node changed concurrently; try again");
+}
+
+/**
+ * Dedicates a node to a tenant, or shares it again (`tenantId` null);
+ * platform admins only, audited. Gateways route by it from their next
+ * fleet read (at most 500 ms; this instance's admin API reads at once).
+ */
+export async function setNodeDedication(
+  store: Store,
+  p: Principal,
+  id: string,
+  tenantId: string | null,
+): Promise<NodeDetail> {
+  requirePlatform(p);
+  if (tenantId !== null) {
+    if (typeof tenantId !== "string" || tenantId.length > 64) {
+      throw new ValidationError(
+        "tenantId must be a tenant id or null",
+        "tenantId",
+      );
+    }
+    if (!(await store.kv.get(k.tenant(tenantId))).value) {
+      throw new NotFoundError("Tenant");
+    }
+  }
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const entry = await store.kv.get<NodeRecord>(k.node(id));
+    if (!entry.value) throw new NotFoundError("Node");
+    const before = entry.value.dedicatedTo ?? null;
+    const next = { ...entry.value, dedicatedTo: tenantId };
+    const op = store.kv.atomic().check(entry).set(k.node(id), next);
+    addAudit(op, p, {
+      action: tenantId ? "node.dedicate" : "node.share",
+      target: { type: "node", id, label: next.name },
+      tenantId: tenantId ?? before,
+      before: { dedicatedTo: before },
+      after: { dedicatedTo: tenantId },
     });
     if ((await op.commit()).ok) return await detail(store, next, Date.now());
   }

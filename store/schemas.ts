@@ -96,6 +96,8 @@ export const tenantPatchSchema = z.object({
   status: z.enum(["active", "suspended"], {
     error: "status must be active or suspended",
   }).optional(),
+  overflowToShared: z.boolean({ error: "overflowToShared must be a boolean" })
+    .optional(),
 }).strict();
 
 export const ROLES = [

@@ -153,6 +153,13 @@ export async function buildStatement(
     }
   }
   const used = nodes.filter((n) => n.tenantBusyMs > 0 && n.busyMs > 0);
+  // Nodes dedicated to the tenant cost it every enrolled hour, busy or not.
+  const dedicated = await dedicatedNodes(store, tenant.id);
+  for (const rec of dedicated.values()) {
+    if (!used.some((n) => n.nodeId === rec.id)) {
+      used.push({ nodeId: rec.id, busyMs: 0, tenantBusyMs: 0 });
+    }
+  }
   const records = await nodeRecords(store, used.map((n) => n.nodeId));
   let busyMs = 0;
   for (const n of used) {
@@ -168,10 +175,19 @@ export async function buildStatement(
       n.busyMs,
       n.tenantBusyMs,
     );
+    const own = dedicated.has(n.nodeId);
+    if (own) {
+      part.hardwareMicro = pricing.cluster.hardwarePricePerNode /
+        pricing.cluster.amortisationMonths / monthHours * enrolledHours;
+    }
     const name = rec?.name ?? `removed node ${n.nodeId}`;
-    const of = `${part.hours.toFixed(2)} busy h of ${
-      enrolledHours.toFixed(0)
-    } enrolled`;
+    const of = own
+      ? `dedicated to you: ${enrolledHours.toFixed(0)} enrolled h, ${
+        part.hours.toFixed(2)
+      } busy`
+      : `${part.hours.toFixed(2)} busy h of ${
+        enrolledHours.toFixed(0)
+      } enrolled`;
     lines.push({
       kind: "energy",
       description: `Energy, node ${name} (${of})`,
@@ -183,15 +199,20 @@ export async function buildStatement(
     lines.push({
       kind: "hardware",
       description: `Hardware, node ${name} (${of})`,
-      quantity: round3(part.hours),
+      quantity: round3(own ? enrolledHours : part.hours),
       unit: "node-hours",
       unitPriceMicro: null,
       amountMicro: toCents(part.hardwareMicro),
     });
   }
-  if (used.length > 0) {
+  if (used.length > dedicated.size) {
     notes.push(
       "Node costs are billed by the node-hours your requests kept each node busy; idle capacity is the provider's own cost.",
+    );
+  }
+  if (dedicated.size > 0) {
+    notes.push(
+      "Nodes dedicated to you are billed for every hour they were enrolled in the period (hardware), and for the energy of their busy hours.",
     );
   }
   if (
@@ -222,6 +243,18 @@ export async function buildStatement(
 
 function round3(x: number): number {
   return Math.round(x * 1000) / 1000;
+}
+
+/** The nodes dedicated to a tenant now (store/nodes.ts `dedicatedTo`). */
+async function dedicatedNodes(
+  store: Store,
+  tenantId: string,
+): Promise<Map<string, NodeRecord>> {
+  const out = new Map<string, NodeRecord>();
+  for await (const e of store.kv.list<NodeRecord>({ prefix: k.nodePrefix() })) {
+    if (e.value.dedicatedTo === tenantId) out.set(e.value.id, e.value);
+  }
+  return out;
 }
 
 async function nodeRecords(

@@ -26,6 +26,12 @@ export interface Tenant {
   name: string;
   slug: string;
   status: "active" | "suspended";
+  /**
+   * With nodes dedicated to it (store/nodes.ts `dedicatedTo`): whether its
+   * requests may go to shared nodes when its own have no free slot or are
+   * down (default false: only its own). Without dedicated nodes: unused.
+   */
+  overflowToShared?: boolean;
   createdAt: string;
   updatedAt: string;
 }
@@ -162,6 +168,9 @@ export async function updateTenant(
     ...before,
     ...(patch.name !== undefined ? { name: patch.name } : {}),
     ...(patch.status !== undefined ? { status: patch.status } : {}),
+    ...(patch.overflowToShared !== undefined
+      ? { overflowToShared: patch.overflowToShared }
+      : {}),
     updatedAt: new Date().toISOString(),
   };
   const op = store.kv.atomic().check(entry).set(

@@ -88,6 +88,7 @@ const COVERAGE: Record<string, Cover> = {
   "GET /api/admin/v1/nodes/:id": { kind: "platform-only" },
   "POST /api/admin/v1/nodes/:id/drain": { kind: "platform-only" },
   "POST /api/admin/v1/nodes/:id/undrain": { kind: "platform-only" },
+  "PUT /api/admin/v1/nodes/:id/dedication": { kind: "platform-only" },
   "DELETE /api/admin/v1/nodes/:id": { kind: "platform-only" },
   "POST /api/admin/v1/links/test": { kind: "platform-only" },
   "POST /api/admin/v1/links/test-all": { kind: "platform-only" },

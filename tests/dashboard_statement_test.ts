@@ -11,6 +11,7 @@ import { getPricing, setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { buildStatement, csvField, statementCsv } from "../store/statements.ts";
 import { updateTenant } from "../store/tenants.ts";
+import { k } from "../store/kv_keys.ts";
 import type { UsageRecord } from "../store/usage.ts";
 import { writeUsage } from "../store/usage_rollups.ts";
 import { api, createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
@@ -333,6 +334,45 @@ Deno.test("pricing settings: validated, audited, platform admins only, portal fo
       headers: { cookie: viewer.cookie },
     });
     assert.equal(denied.status, 403);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("buildStatement() bills a node dedicated to a tenant for every enrolled hour to that tenant alone", async () => {
+  const w = await createWorld();
+  try {
+    await seed(w);
+    // n2, enrolled on 2026-09-16 (15 days = 360 h of September), dedicated to B.
+    await w.store.kv.set(k.node("n2"), {
+      id: "n2",
+      name: "studio-2",
+      url: "http://n2",
+      engine: "openai",
+      publicJwk: {},
+      keyThumbprint: "t",
+      drain: false,
+      models: [],
+      enrolledAt: "2026-09-16T00:00:00.000Z",
+      joinTokenId: "j",
+      version: null,
+      dedicatedTo: w.tenantB.id,
+    });
+    const b = await buildStatement(w.store, SYSTEM, w.tenantB.id, "2026-09");
+    const n2 = b.lines.filter((l) => l.description.includes("studio-2"));
+    // 3600 / 36 months / 720 h × 360 h = 50.00, though B never used it.
+    assert.deepEqual(
+      n2.filter((l) => l.kind === "hardware").map((
+        l,
+      ) => [l.quantity, l.amountMicro]),
+      [[360, 50_000_000]],
+    );
+    assert.match(
+      b.notes.join(" "),
+      /dedicated to you are billed for every hour/,
+    );
+    const a = await buildStatement(w.store, SYSTEM, w.tenantA.id, "2026-09");
+    assert.ok(!a.lines.some((l) => l.description.includes("studio-2")));
   } finally {
     await w.close();
   }

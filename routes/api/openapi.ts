@@ -329,6 +329,13 @@ export function openApiDocument() {
         parameters: [idParam("id", "Node id")],
         post: op("Take new work again", { status: "200", schema: ref("Node") }),
       },
+      "/nodes/{id}/dedication": {
+        parameters: [idParam("id", "Node id")],
+        put: op(
+          'Dedicate the node to a tenant ({"tenantId": "…"}: only its requests reach it, and its requests only its dedicated nodes unless the tenant\'s overflowToShared is set) or share it again ({"tenantId": null})',
+          { status: "200", schema: ref("Node") },
+        ),
+      },
       "/links": {
         get: op("Latest link test per node pair (orchard.linktest/1)", {
           status: "200",
