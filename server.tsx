@@ -20,6 +20,10 @@ import {
 } from "./routes/_middleware.ts";
 import { barePage } from "./routes/_page.tsx";
 import { createAdminApi } from "./routes/api/admin.ts";
+import { createAccountsAdminApi } from "./routes/api/accounts.ts";
+import { adminTokenRoutes } from "./routes/admin_tokens.tsx";
+import { passwordResetRoutes } from "./routes/password_reset.tsx";
+import { userRoutes } from "./routes/users.tsx";
 import { errorBody } from "./routes/api/_json.ts";
 import { auditRoutes } from "./routes/audit.tsx";
 import { authRoutes } from "./routes/auth.tsx";
@@ -77,6 +81,7 @@ export function createOrchardApp(
   });
 
   const admin = createAdminApi();
+  admin.route("/", createAccountsAdminApi());
   for (const extra of extras.adminParts ?? []) admin.route("/", extra);
   // an unknown admin path, once authenticated, is a JSON 404 (not the portal's sign-in page)
   admin.all("*", (c) =>
@@ -106,6 +111,7 @@ export function createOrchardApp(
   );
   portal.use("*", sessionMiddleware(), csrfMiddleware());
   portal.route("/", authRoutes);
+  portal.route("/", passwordResetRoutes);
   const signedIn = new Hono<PortalEnv>();
   signedIn.use("*", requireSignIn());
   signedIn.get("/", (c) => {
@@ -121,6 +127,8 @@ export function createOrchardApp(
   signedIn.route("/audit", auditRoutes);
   signedIn.route("/usage", usageRoutes);
   signedIn.route("/settings", settingsRoutes);
+  signedIn.route("/admin-tokens", adminTokenRoutes);
+  signedIn.route("/users", userRoutes);
   for (const part of extras.portalParts ?? []) {
     signedIn.route(part.path, part.app);
   }

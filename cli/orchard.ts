@@ -17,14 +17,37 @@ const USAGE = `Usage: deno task orchard <command> [options]
   limits set TENANT [--rpm N] [--tpm N] [--concurrency N] [--tokens-per-day N] [--tokens-per-month N]
                                            (use "none" for unlimited; unset fields keep their value)
   user invite EMAIL --role ROLE [--tenant TENANT]
+  user list [--tenant TENANT]              users with role, status and last sign-in
+  user disable|enable USER_ID              disabling ends their sessions at once
+  user reset-password USER_ID              one-time reset link (valid 24 h) to pass on
+  invite list [--tenant TENANT]            pending invites
+  invite revoke INVITE_ID                  revoke a pending invite
+  admin-token create --name NAME --role ROLE [--tenant TENANT] [--days N | --expires ISO]
+                                           a token for this CLI and the admin API (shown once)
+  admin-token list [--tenant TENANT]       tokens (never their secrets)
+  admin-token revoke TOKEN_ID              revoke a token
   join-token create [--uses N] [--ttl SECONDS]
   audit [--tenant TENANT] [--actor ID]
 
+Roles: platform_admin, tenant_admin, tenant_viewer (tenant roles need --tenant)
 Options: --json  machine-readable output
 Environment: ORCHARD_URL (default http://localhost:8000), ORCHARD_ADMIN_TOKEN (required)`;
 
 /** An error to print without a stack trace. */
 class CliError extends Error {}
+
+/** How to get an admin token: printed when none is set, or when it is refused. */
+export function howToGetAToken(base: string): string {
+  return `To get an admin token (orchadm_…):
+  - in the portal, signed in as a platform or tenant admin: open ${base}/admin-tokens,
+    create a token and copy it (it is shown once);
+  - with an admin token you already have: deno task orchard admin-token create --name NAME --role ROLE
+    (or POST ${base}/api/admin/v1/admin-tokens);
+  - for the very first one, without the portal: start the server with
+    ORCHARD_ADMIN_TOKEN set to a random secret of at least 24 characters
+    (e.g. ORCHARD_ADMIN_TOKEN=$(openssl rand -hex 24) deno task start) and export the same value here.
+Then: export ORCHARD_ADMIN_TOKEN=<the token>`;
+}
 
 /** Calls the admin API; throws CliError with the server's message on failure. */
 async function call(
@@ -38,7 +61,11 @@ async function call(
   );
   const token = Deno.env.get("ORCHARD_ADMIN_TOKEN");
   if (!token) {
-    throw new CliError("Set ORCHARD_ADMIN_TOKEN to an admin API token.");
+    throw new CliError(
+      `ORCHARD_ADMIN_TOKEN is not set: this command needs an admin API token.\n${
+        howToGetAToken(base)
+      }`,
+    );
   }
   let res: Response;
   try {
@@ -70,6 +97,12 @@ async function call(
     throw new CliError(
       `${res.status}: ${e?.message ?? "request failed"}${
         e?.field ? ` (${e.field})` : ""
+      }${
+        res.status === 401
+          ? `\nORCHARD_ADMIN_TOKEN was refused (wrong, revoked or expired).\n${
+            howToGetAToken(base)
+          }`
+          : ""
       }`,
     );
   }
@@ -127,6 +160,7 @@ export async function main(args: string[]): Promise<number> {
       actor: { type: "string" },
       uses: { type: "string" },
       ttl: { type: "string" },
+      days: { type: "string" },
     },
   });
   const [group, action, arg] = pos;
@@ -268,6 +302,149 @@ export async function main(args: string[]): Promise<number> {
         () =>
           `Invite for ${inv.email} (${inv.role}). Send this one-time link:\n\n  ${inv.link}\n`,
       );
+      return 0;
+    }
+    case "user list": {
+      const qs = new URLSearchParams({ limit: "200" });
+      if (o.tenant) qs.set("tenant", o.tenant);
+      const page = await call("GET", `/users?${qs}`) as {
+        items: Record<string, unknown>[];
+      };
+      out(
+        page,
+        () =>
+          table(
+            page.items.map((u) => ({
+              ...u,
+              status: u.disabled ? "disabled" : "active",
+            })),
+            ["id", "email", "role", "tenantId", "status", "lastSignInAt"],
+          ),
+      );
+      return 0;
+    }
+    case "user disable":
+    case "user enable": {
+      const u = await call(
+        "POST",
+        `/users/${enc(need(arg, "USER_ID"))}/${action}`,
+      ) as Record<string, string>;
+      out(
+        u,
+        () =>
+          action === "disable"
+            ? `Disabled ${u.email}; their sessions ended.`
+            : `Enabled ${u.email}.`,
+      );
+      return 0;
+    }
+    case "user reset-password": {
+      const r = await call(
+        "POST",
+        `/users/${enc(need(arg, "USER_ID"))}/password-reset`,
+      ) as Record<string, string>;
+      out(
+        r,
+        () =>
+          `Password reset for ${r.email}. Pass on this one-time link (valid until ${r.expiresAt}; shown once):\n\n  ${r.link}\n`,
+      );
+      return 0;
+    }
+    case "invite list": {
+      const qs = new URLSearchParams({ limit: "200" });
+      if (o.tenant) qs.set("tenant", o.tenant);
+      const page = await call("GET", `/invites?${qs}`) as {
+        items: Record<string, unknown>[];
+      };
+      out(
+        page,
+        () =>
+          table(page.items, ["id", "email", "role", "tenantId", "expiresAt"]),
+      );
+      return 0;
+    }
+    case "invite revoke": {
+      const inv = await call(
+        "DELETE",
+        `/invites/${enc(need(arg, "INVITE_ID"))}`,
+      ) as Record<string, string>;
+      out(inv, () => `Revoked the invite for ${inv.email}`);
+      return 0;
+    }
+    case "admin-token create": {
+      let tenantId: string | null = null;
+      if (o.tenant) {
+        tenantId =
+          (await call("GET", `/tenants/${enc(o.tenant)}`) as { id: string }).id;
+      }
+      let expiresAt: string | null = null;
+      if (o.expires) expiresAt = o.expires;
+      else if (o.days) {
+        const days = Number(o.days);
+        if (!Number.isInteger(days) || days < 1) {
+          throw new CliError(
+            "--days must be a whole number of days (1 or more)",
+          );
+        }
+        expiresAt = new Date(Date.now() + days * 86_400_000).toISOString();
+      }
+      const t = await call("POST", "/admin-tokens", {
+        name: need(o.name, "--name"),
+        role: need(o.role, "--role"),
+        tenantId,
+        expiresAt,
+      }) as Record<string, string>;
+      out(
+        t,
+        () =>
+          `Created admin token ${t.name} (${t.role}${
+            t.tenantId ? `, tenant ${t.tenantId}` : ""
+          }, id ${t.id}, expires ${
+            t.expiresAt ?? "never"
+          }).\nThis is the only time the token is shown; store it now:\n\n  ${t.token}\n`,
+      );
+      return 0;
+    }
+    case "admin-token list": {
+      const qs = new URLSearchParams({ limit: "200" });
+      if (o.tenant) qs.set("tenant", o.tenant);
+      const page = await call("GET", `/admin-tokens?${qs}`) as {
+        items: Record<string, unknown>[];
+      };
+      const now = Date.now();
+      out(
+        page,
+        () =>
+          table(
+            page.items.map((t) => ({
+              ...t,
+              state: t.revokedAt
+                ? "revoked"
+                : t.expiresAt && Date.parse(String(t.expiresAt)) <= now
+                ? "expired"
+                : "active",
+              expiresAt: t.expiresAt ?? "never",
+            })),
+            [
+              "id",
+              "name",
+              "role",
+              "tenantId",
+              "state",
+              "createdAt",
+              "expiresAt",
+              "lastUsedAt",
+            ],
+          ),
+      );
+      return 0;
+    }
+    case "admin-token revoke": {
+      const t = await call(
+        "DELETE",
+        `/admin-tokens/${enc(need(arg, "TOKEN_ID"))}`,
+      ) as Record<string, string>;
+      out(t, () => `Revoked admin token ${t.name} (${t.id})`);
       return 0;
     }
     case "join-token create": {

@@ -12,6 +12,12 @@ export interface LayoutProps {
   children: ComponentChildren;
 }
 
+/** What tenant admins see beyond their viewers (routes/users.tsx, routes/admin_tokens.tsx). */
+const TENANT_ADMIN_NAV: [string, string][] = [
+  ["/users", "Users"],
+  ["/admin-tokens", "Admin tokens"],
+];
+
 /** The navigation entries a principal sees. */
 function navFor(p: Principal): [string, string][] {
   if (p.role === "platform_admin") {
@@ -23,6 +29,8 @@ function navFor(p: Principal): [string, string][] {
       ["/models", "Models"],
       ["/playground", "Playground"],
       ["/audit", "Audit log"],
+      ["/users", "Users"],
+      ["/admin-tokens", "Admin tokens"],
       ["/settings", "Settings"],
     ];
   }
@@ -30,6 +38,7 @@ function navFor(p: Principal): [string, string][] {
     [`/tenants/${p.tenantId}`, "My tenant"],
     ["/usage", "Usage & cost"],
     ["/audit", "Audit log"],
+    ...(p.role === "tenant_admin" ? TENANT_ADMIN_NAV : []),
   ];
 }
 

@@ -27,10 +27,18 @@ export const k = {
     ["tenant_user", tenantId, userId] as const,
   tenantUserPrefix: (tenantId: string) => ["tenant_user", tenantId] as const,
   invite: (id: string) => ["invite", id] as const,
+  invitePrefix: () => ["invite"] as const,
   session: (sid: string) => ["session", sid] as const,
   userSession: (userId: string, sid: string) =>
     ["user_session", userId, sid] as const,
   userSessionPrefix: (userId: string) => ["user_session", userId] as const,
+  /** When the user last signed in (written with the session). */
+  userLastSignIn: (userId: string) => ["user_last_sign_in", userId] as const,
+  /** A one-time password reset link (store/password_resets.ts). */
+  passwordReset: (id: string) => ["password_reset", id] as const,
+  /** The user's live password reset, if any (a new one replaces it). */
+  userPasswordReset: (userId: string) =>
+    ["user_password_reset", userId] as const,
   loginFailures: (scope: "ip" | "account", subject: string, window: string) =>
     ["login_fail", scope, subject, window] as const,
 
@@ -43,6 +51,11 @@ export const k = {
     ["tenant_api_key", tenantId] as const,
   adminToken: (id: string) => ["admin_token", id] as const,
   adminTokenPrefix: () => ["admin_token"] as const,
+  adminTokenLastUsed: (id: string) => ["admin_token_last_used", id] as const,
+  tenantAdminToken: (tenantId: string, tokenId: string) =>
+    ["tenant_admin_token", tenantId, tokenId] as const,
+  tenantAdminTokenPrefix: (tenantId: string) =>
+    ["tenant_admin_token", tenantId] as const,
 
   // nodes and enrollment
   joinToken: (id: string) => ["join_token", id] as const,

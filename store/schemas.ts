@@ -114,6 +114,23 @@ export const inviteSchema = z.object({
   tenantId: z.string().max(64).nullable().optional().default(null),
 }).strict();
 
+export const adminTokenCreateSchema = z.object({
+  name: trimmed(1, 100, "Name"),
+  role: z.enum(ROLES, {
+    error: "role must be platform_admin, tenant_admin or tenant_viewer",
+  }),
+  tenantId: z.string().max(64).nullable().optional().default(null),
+  expiresAt: z.iso.datetime({
+    offset: true,
+    error: "must be an ISO 8601 date-time",
+  })
+    .nullable().optional().default(null)
+    .refine(
+      (v) => v === null || Date.parse(v) > Date.now(),
+      "must be in the future",
+    ),
+}).strict();
+
 export const joinTokenCreateSchema = z.object({
   uses: z.number().int().min(1).max(1000).optional().default(1),
   ttlSeconds: z.number().int().min(60).max(

@@ -86,6 +86,19 @@ export async function login(
     ]);
     throw new UnauthorizedError("Wrong email or password");
   }
+  return { session: await startSession(store, user, ip, now), user };
+}
+
+/**
+ * Opens a session for a user whose identity was proven another way (a
+ * password just checked, or just set through a one-time link).
+ */
+export async function startSession(
+  store: Store,
+  user: User,
+  ip: string | null,
+  now = Date.now(),
+): Promise<Session> {
   const session: Session = {
     sid: randomBase62(32),
     userId: user.id,
@@ -98,8 +111,9 @@ export async function login(
     .set(k.userSession(user.id, session.sid), session.sid, {
       expireIn: SESSION_TTL_MS,
     })
+    .set(k.userLastSignIn(user.id), session.createdAt)
     .commit();
-  return { session, user };
+  return session;
 }
 
 async function touchExpiry(store: Store, key: Deno.KvKey): Promise<void> {

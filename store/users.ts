@@ -179,7 +179,144 @@ export async function setUserDisabled(
   if (!(await op.commit()).ok) {
     throw new ConflictError("The user changed meanwhile; try again");
   }
+  // Sessions would otherwise come back to life if the user is enabled again.
+  if (disabled) await endUserSessions(store, userId);
   return userView(after);
+}
+
+/** Ends every session of a user at once (disable, password reset); returns how many. */
+export async function endUserSessions(
+  store: Store,
+  userId: string,
+): Promise<number> {
+  let ended = 0;
+  for (;;) {
+    const sids: string[] = [];
+    for await (
+      const e of store.kv.list<string>(
+        { prefix: k.userSessionPrefix(userId) },
+        {
+          limit: 100,
+        },
+      )
+    ) sids.push(e.value);
+    if (sids.length === 0) return ended;
+    const op = store.kv.atomic();
+    for (const sid of sids) {
+      op.delete(k.session(sid)).delete(k.userSession(userId, sid));
+    }
+    await op.commit();
+    ended += sids.length;
+  }
+}
+
+/** A user as the user administration page lists it. */
+export type UserAccount = UserView & { lastSignInAt: string | null };
+
+/**
+ * Lists users with their last sign-in: a tenant's members, or (platform
+ * admins, `tenantId` null) everyone. Same access rules as `listUsers`.
+ */
+export async function listUserAccounts(
+  store: Store,
+  p: Principal,
+  tenantId: string | null,
+  opts: PageOptions = {},
+): Promise<Page<UserAccount>> {
+  const page = await listUsers(store, p, tenantId, opts);
+  const signIns = await Promise.all(
+    page.items.map((u) => store.kv.get<string>(k.userLastSignIn(u.id))),
+  );
+  return {
+    items: page.items.map((u, i) => ({
+      ...u,
+      lastSignInAt: signIns[i]!.value,
+    })),
+    cursor: page.cursor,
+  };
+}
+
+/** An invite as listed (no hash). */
+export type InviteView = Omit<Invite, "hash">;
+
+/**
+ * Lists pending (unused, unexpired) invites: a tenant's, or (platform
+ * admins, `tenantId` null) all of them. Tenant members may read their
+ * tenant's, like its member list.
+ */
+export async function listPendingInvites(
+  store: Store,
+  p: Principal,
+  tenantId: string | null,
+  opts: PageOptions = {},
+): Promise<Page<InviteView>> {
+  if (tenantId === null) requirePlatform(p);
+  else requireTenantRead(p, tenantId);
+  const now = Date.now();
+  return await listPage<Invite, InviteView>(
+    store.kv,
+    { prefix: k.invitePrefix() },
+    opts,
+    (inv) => {
+      if (tenantId !== null && inv.tenantId !== tenantId) return null;
+      if (Date.parse(inv.expiresAt) <= now) return null;
+      const { hash: _h, ...shown } = inv;
+      return shown;
+    },
+  );
+}
+
+/** Reads an invite the principal may manage (404 otherwise; 403 for viewers). */
+async function manageableInvite(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<Deno.KvEntry<Invite>> {
+  const e = id.length <= 64 ? await store.kv.get<Invite>(k.invite(id)) : null;
+  if (!e?.value || Date.parse(e.value.expiresAt) <= Date.now()) {
+    throw new NotFoundError("Invite");
+  }
+  if (e.value.tenantId) requireTenantWrite(p, e.value.tenantId, "Invite");
+  else if (!isPlatform(p)) throw new NotFoundError("Invite");
+  return e as Deno.KvEntry<Invite>;
+}
+
+/** Revokes a pending invite: its link stops working at once. */
+export async function revokeInvite(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<InviteView> {
+  const e = await manageableInvite(store, p, id);
+  const { hash: _h, ...shown } = e.value;
+  const op = store.kv.atomic().check(e).delete(k.invite(id));
+  addAudit(op, p, {
+    action: "user.invite_revoke",
+    target: { type: "invite", id, label: shown.email },
+    tenantId: shown.tenantId,
+    before: shown,
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("This invite was used or changed meanwhile");
+  }
+  return shown;
+}
+
+/**
+ * Resends an invite: revokes its link and creates a new one (valid 7 days
+ * again) for the same email, role and tenant; the new link is shown once.
+ */
+export async function reissueInvite(
+  store: Store,
+  p: Principal,
+  id: string,
+): Promise<{ token: string; invite: InviteView }> {
+  const old = await revokeInvite(store, p, id);
+  return await createInvite(store, p, {
+    email: old.email,
+    role: old.role,
+    tenantId: old.tenantId,
+  });
 }
 
 /** Creates a one-time invite; returns the token to put in the link (shown once). */

@@ -253,3 +253,150 @@ Deno.test("admin API: invites produce a one-time link; openapi.json documents ev
   }
   await w.close();
 });
+
+Deno.test("admin API: an admin token is created, works against the API, is listed without its secret, and stops at once when revoked", async () => {
+  const w = await createWorld();
+  try {
+    const res = await api(w, "POST", "/admin-tokens", w.tokens.platform, {
+      name: "deploy pipeline",
+      role: "tenant_admin",
+      tenantId: w.tenantA.id,
+      expiresAt: new Date(Date.now() + 86_400_000).toISOString(),
+    });
+    assert.equal(res.status, 201);
+    assert.equal(res.headers.get("cache-control"), "no-store");
+    const created = await res.json();
+    assert.match(created.token, /^orchadm_[0-9a-z]{26}_[0-9A-Za-z]{38}$/);
+    assert.equal(created.role, "tenant_admin");
+    assert.equal(created.tenantId, w.tenantA.id);
+    // the new token works, with its role: its tenant only
+    const own = await api(w, "GET", `/tenants/${w.tenantA.id}`, created.token);
+    assert.equal(own.status, 200);
+    await own.body?.cancel();
+    const other = await api(
+      w,
+      "GET",
+      `/tenants/${w.tenantB.id}`,
+      created.token,
+    );
+    assert.equal(other.status, 404);
+    await other.body?.cancel();
+    const listText = await (await api(
+      w,
+      "GET",
+      `/admin-tokens?tenant=acme`,
+      w.tokens.platform,
+    )).text();
+    assert.ok(!listText.includes(created.token));
+    assert.ok(!listText.includes('"hash"'));
+    const listed = JSON.parse(listText).items.find((
+      t: { id: string },
+    ) => t.id === created.id);
+    assert.equal(listed.name, "deploy pipeline");
+    assert.ok(listed.lastUsedAt, "last used is filled");
+    assert.equal(listed.expiresAt, created.expiresAt);
+    const del = await api(
+      w,
+      "DELETE",
+      `/admin-tokens/${created.id}`,
+      w.tokens.platform,
+    );
+    assert.equal(del.status, 200);
+    assert.ok((await del.json()).revokedAt);
+    const after = await api(
+      w,
+      "GET",
+      `/tenants/${w.tenantA.id}`,
+      created.token,
+    );
+    assert.equal(after.status, 401);
+    assert.equal((await after.json()).error.code, "unauthorized");
+    const audit = await (await api(
+      w,
+      "GET",
+      `/audit?tenant=${w.tenantA.id}`,
+      w.tokens.platform,
+    )).json();
+    assert.deepEqual(
+      audit.items.slice(0, 2).map((e: { action: string }) => e.action),
+      ["admin_token.revoke", "admin_token.create"],
+    );
+    assert.ok(!JSON.stringify(audit).includes(created.token));
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("admin API: admin token errors are JSON; tenant tokens manage only their tenant's tokens", async () => {
+  const w = await createWorld();
+  try {
+    const { platform, adminA, viewerA } = w.tokens;
+    const bToken = await (await api(w, "POST", "/admin-tokens", platform, {
+      name: "globex-ci",
+      role: "tenant_admin",
+      tenantId: w.tenantB.id,
+    })).json();
+    const cases: [Response, number, string | null][] = [
+      [
+        await api(w, "POST", "/admin-tokens", platform, { role: "x" }),
+        400,
+        "name",
+      ],
+      [
+        await api(w, "POST", "/admin-tokens", platform, {
+          name: "x",
+          role: "tenant_admin",
+        }),
+        400,
+        "tenantId",
+      ],
+      [
+        await api(w, "POST", "/admin-tokens", adminA, {
+          name: "x",
+          role: "platform_admin",
+        }),
+        403,
+        null,
+      ],
+      [
+        await api(w, "POST", "/admin-tokens", adminA, {
+          name: "x",
+          role: "tenant_admin",
+          tenantId: w.tenantB.id,
+        }),
+        404,
+        null,
+      ],
+      [
+        await api(w, "POST", "/admin-tokens", viewerA, {
+          name: "x",
+          role: "tenant_viewer",
+          tenantId: w.tenantA.id,
+        }),
+        403,
+        null,
+      ],
+      [await api(w, "GET", "/admin-tokens", viewerA), 403, null],
+      [await api(w, "GET", "/admin-tokens?tenant=globex", adminA), 404, null],
+      [await api(w, "DELETE", `/admin-tokens/${bToken.id}`, adminA), 404, null],
+      [await api(w, "DELETE", "/admin-tokens/nope", platform), 404, null],
+    ];
+    for (const [res, status, field] of cases) {
+      assert.equal(res.status, status, await res.clone().text());
+      const body = await res.json();
+      assert.equal(typeof body.error.message, "string");
+      assert.equal(body.error.field, field);
+    }
+    const mine = await (await api(w, "GET", "/admin-tokens", adminA)).json();
+    assert.deepEqual(
+      mine.items.map((t: { name: string }) => t.name).sort(),
+      ["a-admin", "a-viewer"],
+    );
+    // B's token still works
+    const b = await api(w, "GET", `/tenants/${w.tenantB.id}`, bToken.token);
+    assert.equal(b.status, 200);
+    await b.body?.cancel();
+  } finally {
+    await w.close();
+  }
+});

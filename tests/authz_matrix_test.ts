@@ -5,10 +5,11 @@
  * missing from COVERAGE fails the test, so new routes must be classified.
  */
 import assert from "node:assert/strict";
+import { createAdminToken } from "../store/admin_tokens.ts";
 import { createApiKey } from "../store/api_keys.ts";
 import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
-import { createUser } from "../store/users.ts";
+import { createInvite, createUser } from "../store/users.ts";
 import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
 
 /** How a route is reached and what it may show. */
@@ -39,6 +40,16 @@ const COVERAGE: Record<string, Cover> = {
   "GET /api/admin/v1/statements": { kind: "own" },
   "GET /api/admin/v1/settings/pricing": { kind: "platform-only" },
   "PUT /api/admin/v1/settings/pricing": { kind: "platform-only" },
+  // admin tokens, users and invites (routes/api/accounts.ts)
+  "POST /api/admin/v1/admin-tokens": { kind: "tenant-b" },
+  "GET /api/admin/v1/admin-tokens": { kind: "own" },
+  "DELETE /api/admin/v1/admin-tokens/:tokenId": { kind: "tenant-b" },
+  "GET /api/admin/v1/users": { kind: "own" },
+  "POST /api/admin/v1/users/:userId/disable": { kind: "tenant-b" },
+  "POST /api/admin/v1/users/:userId/enable": { kind: "tenant-b" },
+  "POST /api/admin/v1/users/:userId/password-reset": { kind: "tenant-b" },
+  "GET /api/admin/v1/invites": { kind: "own" },
+  "DELETE /api/admin/v1/invites/:inviteId": { kind: "tenant-b" },
   // portal
   "GET /login": { kind: "public" },
   "POST /login": { kind: "public" },
@@ -60,6 +71,17 @@ const COVERAGE: Record<string, Cover> = {
     kind: "tenant-b",
   },
   "GET /audit": { kind: "own" },
+  "GET /reset/:token": { kind: "public" },
+  "POST /reset/:token": { kind: "public" },
+  "GET /admin-tokens": { kind: "own" },
+  "POST /admin-tokens": { kind: "tenant-b" },
+  "POST /admin-tokens/:tokenId/revoke": { kind: "tenant-b" },
+  "GET /users": { kind: "own" },
+  "POST /users/:userId/:action{disable|enable}": { kind: "tenant-b" },
+  "POST /users/:userId/reset-password": { kind: "tenant-b" },
+  "POST /users/invites": { kind: "tenant-b" },
+  "POST /users/invites/:inviteId/reissue": { kind: "tenant-b" },
+  "POST /users/invites/:inviteId/revoke": { kind: "tenant-b" },
   // dashboards
   "GET /usage": { kind: "own" },
   "GET /settings": { kind: "platform-only" },
@@ -143,6 +165,16 @@ async function seedB(
     role: "tenant_admin",
     tenantId: b.id,
   })).id;
+  bTokenId = (await createAdminToken(w.store, SYSTEM, {
+    name: "globex-ci-token",
+    role: "tenant_admin",
+    tenantId: b.id,
+  })).record.id;
+  bInviteId = (await createInvite(w.store, SYSTEM, {
+    email: "invitee@globex.test",
+    role: "tenant_viewer",
+    tenantId: b.id,
+  })).invite.id;
   const snapshot = async () => {
     const parts: unknown[] = [];
     for (
@@ -152,6 +184,11 @@ async function seedB(
         ["api_key", apiKey.id],
         ["tenant_user", b.id],
         ["tenant_api_key", b.id],
+        ["user", bUserId],
+        ["admin_token", bTokenId],
+        ["tenant_admin_token", b.id],
+        ["invite", bInviteId],
+        ["user_password_reset", bUserId],
       ]
     ) {
       for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
@@ -165,6 +202,10 @@ async function seedB(
         "Globex",
         "globex-prod-key",
         "boss@globex.test",
+        "globex-ci-token",
+        "invitee@globex.test",
+        bTokenId,
+        bInviteId,
         b.id,
         apiKey.id,
         "7654321",
@@ -176,9 +217,12 @@ async function seedB(
 }
 
 let bUserId = "";
+let bTokenId = "";
+let bInviteId = "";
 
 function fill(path: string, tenantId: string, keyId: string): string {
-  return path.replace(":keyId", keyId).replace(":token", "x.y")
+  return path.replace(":tokenId", bTokenId).replace(":inviteId", bInviteId)
+    .replace(":keyId", keyId).replace(":token", "x.y")
     .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
     .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId)
     .replace(":month", new Date().toISOString().slice(0, 7));
@@ -241,7 +285,8 @@ Deno.test("authorization matrix: no route leaks or changes tenant B's data for A
         }
       }
       const query = method === "GET" &&
-          /\/(audit|tenants|usage|statements)$/.test(path)
+          /\/(audit|tenants|usage|statements|users|admin-tokens|invites)$/
+            .test(path)
         ? `?tenant=${w.tenantB.id}&search=glob&month=${
           new Date().toISOString().slice(0, 7)
         }`
@@ -280,11 +325,23 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
     const path of [
       `/api/admin/v1/tenants/${w.tenantB.id}`,
       `/api/admin/v1/keys/${keyId}`,
+      `/api/admin/v1/admin-tokens?tenant=${w.tenantB.id}`,
+      `/api/admin/v1/users?tenant=${w.tenantB.id}`,
+      `/api/admin/v1/invites?tenant=${w.tenantB.id}`,
     ]
   ) {
     const res = await w.app.request(path, { headers: h });
     assert.equal(res.status, 200);
     assert.ok((await res.text()).includes(w.tenantB.id));
+  }
+  // …while tenant A's admin gets its own tenant's lists without B's
+  for (const path of ["admin-tokens", "users", "invites"]) {
+    const res = await w.app.request(`/api/admin/v1/${path}`, {
+      headers: { authorization: `Bearer ${w.tokens.adminA}` },
+    });
+    assert.equal(res.status, 200, path);
+    const text = await res.text();
+    assert.ok(!text.includes(w.tenantB.id), path);
   }
   await w.close();
 });

@@ -125,3 +125,108 @@ Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a
     await w.close();
   }
 });
+
+Deno.test("orchard CLI: without a token it says exactly how to get one", async () => {
+  const res = await orchard("http://127.0.0.1:9", "", "tenant", "list");
+  assert.equal(res.code, 1);
+  assert.equal(res.stdout, "");
+  const msg = res.stderr;
+  assert.match(msg, /ORCHARD_ADMIN_TOKEN is not set/);
+  // the portal page, the API call with an existing token, or the env var for the first one
+  assert.ok(msg.includes("http://127.0.0.1:9/admin-tokens"), msg);
+  assert.ok(
+    msg.includes(
+      "deno task orchard admin-token create --name NAME --role ROLE",
+    ),
+    msg,
+  );
+  assert.ok(msg.includes("POST http://127.0.0.1:9/api/admin/v1/admin-tokens"));
+  assert.match(msg, /start the server with\s+ORCHARD_ADMIN_TOKEN set/);
+  assert.match(msg, /at least 24 characters/);
+  assert.match(msg, /export ORCHARD_ADMIN_TOKEN=<the token>/);
+});
+
+Deno.test("orchard CLI: admin-token create, list, revoke; user list, reset-password, disable; invite list, revoke", async () => {
+  const w = await createWorld();
+  const server = Deno.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    onListen: () => {},
+  }, w.app.fetch);
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  const t = w.tokens.platform;
+  try {
+    const created = await orchard(
+      url,
+      t,
+      "admin-token",
+      "create",
+      "--name",
+      "acme automation",
+      "--role",
+      "tenant_admin",
+      "--tenant",
+      "acme",
+      "--days",
+      "30",
+      "--json",
+    );
+    assert.equal(created.code, 0, created.stderr);
+    const tok = JSON.parse(created.stdout);
+    assert.match(tok.token, /^orchadm_/);
+    assert.equal(tok.tenantId, w.tenantA.id);
+    assert.ok(Date.parse(tok.expiresAt) > Date.now() + 29 * 86_400_000);
+    // the new token drives the CLI, within its tenant
+    const mine = await orchard(url, tok.token, "tenant", "list");
+    assert.equal(mine.code, 0, mine.stderr);
+    assert.match(mine.stdout, /acme\s+Acme\s+active/);
+    assert.equal(mine.stdout.includes("globex"), false);
+    const list = await orchard(url, tok.token, "admin-token", "list");
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(list.stdout, new RegExp(`${tok.id}\\s+acme automation`));
+    assert.equal(list.stdout.includes(tok.token), false);
+    const revoked = await orchard(url, t, "admin-token", "revoke", tok.id);
+    assert.equal(revoked.code, 0, revoked.stderr);
+    assert.match(revoked.stdout, /Revoked admin token acme automation/);
+    const refused = await orchard(url, tok.token, "tenant", "list");
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /^401: /);
+    assert.match(refused.stderr, /refused \(wrong, revoked or expired\)/);
+    assert.ok(refused.stderr.includes(`${url}/admin-tokens`));
+
+    const users = await orchard(url, t, "user", "list", "--tenant", "acme");
+    assert.equal(users.code, 0, users.stderr);
+    const viewer = /^(\S+)\s+a-viewer@example\.com/m.exec(users.stdout)?.[1];
+    assert.ok(viewer, users.stdout);
+    const reset = await orchard(url, t, "user", "reset-password", viewer!);
+    assert.equal(reset.code, 0, reset.stderr);
+    assert.match(reset.stdout, /\/reset\/[0-9a-z]+\.[0-9A-Za-z]+/);
+    const off = await orchard(url, t, "user", "disable", viewer!);
+    assert.match(off.stdout, /Disabled a-viewer@example\.com/);
+    const after = await orchard(url, t, "user", "list", "--json");
+    const row = JSON.parse(after.stdout).items.find((u: { id: string }) =>
+      u.id === viewer
+    );
+    assert.equal(row.disabled, true);
+
+    await orchard(
+      url,
+      t,
+      "user",
+      "invite",
+      "new@acme.test",
+      "--role",
+      "tenant_viewer",
+      "--tenant",
+      "acme",
+    );
+    const invites = await orchard(url, t, "invite", "list", "--json");
+    const inv = JSON.parse(invites.stdout).items[0];
+    assert.equal(inv.email, "new@acme.test");
+    const gone = await orchard(url, t, "invite", "revoke", inv.id);
+    assert.match(gone.stdout, /Revoked the invite for new@acme\.test/);
+  } finally {
+    await server.shutdown();
+    await w.close();
+  }
+});

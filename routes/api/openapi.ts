@@ -176,6 +176,16 @@ export function openApiDocument() {
         }),
       },
       "/invites": {
+        get: op(
+          "List pending invites (platform: all, or `tenant`; tenant tokens: their tenant's)",
+          { status: "200", schema: { type: "object" } },
+          {
+            parameters: [
+              { name: "tenant", in: "query", schema: { type: "string" } },
+              ...pageParams,
+            ],
+          },
+        ),
         post: op("Invite a user with a one-time link", {
           status: "201",
           schema: {
