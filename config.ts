@@ -22,6 +22,8 @@ export interface Config {
   allowPrivateNodeUrls: boolean;
   /** On SIGTERM, how long requests in flight may take before they are ended (their node work cancelled). */
   drainTimeoutMs: number;
+  /** How long a stored response (`/v1/responses` with `store`) is kept, in days. */
+  responseTtlDays: number;
 }
 
 function int(env: string, fallback: number, min: number, max: number): number {
@@ -68,6 +70,7 @@ export function loadConfig(): Config {
       .split(",").map((s) => s.trim()).filter(Boolean),
     allowPrivateNodeUrls: bool("ORCHARD_ALLOW_PRIVATE_NODE_URLS", false),
     drainTimeoutMs: int("ORCHARD_DRAIN_TIMEOUT_MS", 20_000, 0, 600_000),
+    responseTtlDays: int("ORCHARD_RESPONSE_TTL_DAYS", 30, 1, 3650),
   };
 }
 
@@ -88,6 +91,7 @@ export function testConfig(over: Partial<Config> = {}): Config {
     metricsAllow: ["127.0.0.1", "::1"],
     allowPrivateNodeUrls: true,
     drainTimeoutMs: 20_000,
+    responseTtlDays: 30,
     ...over,
   };
 }

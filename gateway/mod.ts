@@ -1,5 +1,6 @@
 /**
- * The gateway: OpenAI-compatible `/v1/*` (and Anthropic's `/v1/messages`)
+ * The gateway: OpenAI-compatible `/v1/*` (with the Responses API,
+ * `/v1/responses`, and Anthropic's `/v1/messages`)
  * plus Prometheus `/metrics`, as a Hono app the composition root mounts at
  * "/". Every response carries `x-request-id`.
  */
@@ -11,6 +12,7 @@ import { countTokens, messages } from "./anthropic.ts";
 import { GatewayCore, type GatewayOptions } from "./core.ts";
 import { metricsAllowed } from "./metrics_route.ts";
 import { completions, embeddings, models } from "./openai.ts";
+import { createResponse, deleteStored, retrieveResponse } from "./responses.ts";
 
 export type { GatewayOptions } from "./core.ts";
 
@@ -85,6 +87,19 @@ export function createGateway(
   app.post(
     "/v1/messages/count_tokens",
     (c) => countTokens(core, c.req.raw, c.get("requestId")),
+  );
+  app.post(
+    "/v1/responses",
+    (c) => createResponse(core, c.req.raw, c.get("requestId")),
+  );
+  app.get(
+    "/v1/responses/:id",
+    (c) =>
+      retrieveResponse(core, c.req.raw, c.get("requestId"), c.req.param("id")),
+  );
+  app.delete(
+    "/v1/responses/:id",
+    (c) => deleteStored(core, c.req.raw, c.get("requestId"), c.req.param("id")),
   );
   app.all(
     "/v1/*",

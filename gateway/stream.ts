@@ -23,6 +23,12 @@ export interface StreamSink {
   error(e: OpenAIError): string;
   /** A keep-alive comment. */
   ping(): string;
+  /**
+   * Awaited once usage is billed and before `end()`, when the stream ended
+   * well (not after an error or with the client gone): what must be done
+   * before the client sees the end (a stored response). It must not throw.
+   */
+  complete?(): Promise<void>;
   /** Whether the last `data` delivered generated text (first-token time). */
   readonly sawText: boolean;
   /** Billing figures gathered so far. */
@@ -138,6 +144,7 @@ export function relayStream(
       }
       call.reader.cancel();
       call.close();
+      if (!err && !cancelled && sink.complete) await sink.complete();
       send(pending + (err ? sink.error(err) : sink.end()));
       if (!cancelled) {
         try {

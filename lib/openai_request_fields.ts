@@ -139,3 +139,65 @@ export const EMBEDDING_FIELDS: Readonly<Record<string, FieldRule>> = {
   encoding_format: gateway,
   user: node,
 };
+
+/**
+ * `POST /v1/responses`: translated by the gateway into a chat request
+ * (gateway/responses_request.ts); `node` fields reach the engine under
+ * their chat names.
+ */
+export const RESPONSE_FIELDS: Readonly<Record<string, FieldRule>> = {
+  model: gateway,
+  input: gateway, // → messages
+  instructions: gateway, // → a system message first
+  max_output_tokens: gateway, // → max_tokens
+  temperature: node,
+  top_p: node,
+  tools: gateway, // flat function tools → chat tools
+  tool_choice: gateway,
+  parallel_tool_calls: node,
+  text: gateway, // format → response_format; verbosity: the default only
+  stream: node,
+  stream_options: gateway,
+  store: gateway,
+  previous_response_id: gateway,
+  metadata: gateway, // kept with the response
+  user: node,
+  safety_identifier: node,
+  prompt_cache_key: node,
+  reasoning: gateway, // effort → reasoning_effort; no summaries
+  include: gateway, // message.output_text.logprobs only
+  top_logprobs: gateway, // → logprobs + top_logprobs
+  // It bounds calls to built-in tools, of which there are none here.
+  max_tool_calls: gateway,
+  background: defaultOnly(
+    "responses run in the foreground",
+    (v) => v === false,
+  ),
+  truncation: defaultOnly(
+    "an input longer than the model's context is refused, not truncated",
+    (v) => v === "disabled",
+  ),
+  service_tier: defaultOnly(
+    "there is one service tier",
+    (v) => v === "auto" || v === "default",
+  ),
+  conversation: refused(
+    "conversations are not stored; use previous_response_id",
+  ),
+  prompt: refused("prompt templates are not stored"),
+  prompt_cache_retention: refused(
+    "nodes keep prompt prefixes as memory allows; retention cannot be set",
+  ),
+  prompt_cache_options: refused(
+    "nodes keep prompt prefixes as memory allows; caching cannot be set",
+  ),
+  context_management: refused("context compaction is not available"),
+  moderation: refused("moderation is not available"),
+  access_programs: refused("no access programs are offered"),
+  image: refused("image options are not available"),
+  // Extensions, as on chat: seeds and local engines' sampling.
+  seed: node,
+  presence_penalty: node,
+  frequency_penalty: node,
+  ...LOCAL_SAMPLING,
+};

@@ -128,6 +128,14 @@ export const k = {
   ) => ["usage_month", month, dimension, subject, shard] as const,
   usageMonthPrefix: (month: string, dimension: UsageMonthDimension) =>
     ["usage_month", month, dimension] as const,
+
+  // stored Responses (`/v1/responses`; store/responses.ts)
+  /** A stored response's head: its parts' count and expiry. */
+  response: (tenantId: string, id: string) =>
+    ["response", tenantId, id] as const,
+  /** One part (≤ 60,000 bytes) of a stored response's JSON. */
+  responsePart: (tenantId: string, id: string, part: number) =>
+    ["response_part", tenantId, id, part] as const,
 };
 
 /**

@@ -30,7 +30,7 @@ export interface UsageRecord {
   keyId: string;
   model: string;
   nodeId: string | null;
-  endpoint: "chat" | "completions" | "embeddings" | "messages";
+  endpoint: "chat" | "completions" | "embeddings" | "messages" | "responses";
   promptTokens: number;
   completionTokens: number;
   latencyMs: number;

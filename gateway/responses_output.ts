@@ -1,0 +1,241 @@
+/**
+ * Response objects of the Responses API, made from what a node answered to
+ * the translated chat request: a non-stream chat completion becomes
+ * `output` items (a `reasoning` item for reasoning text, a `message` with
+ * one `output_text` part, a `function_call` item a tool call), and the
+ * response around them repeats the request (gateway/responses_request.ts)
+ * with the billed usage, exactly in OpenAI's shape.
+ */
+import type { Exchange } from "./core.ts";
+import type { Item, ResponseEcho } from "./responses_request.ts";
+
+const isObj = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** A fresh id in OpenAI's style: a prefix (`resp_`, `msg_`, `fc_`, `rs_`) and 48 hex digits. */
+export function itemId(prefix: string): string {
+  const b = crypto.getRandomValues(new Uint8Array(24));
+  let s = prefix;
+  for (const x of b) s += x.toString(16).padStart(2, "0");
+  return s;
+}
+
+/** What every state of one response shares: its id, time, model and echo. */
+export interface ResponseShell {
+  id: string;
+  createdAt: number;
+  model: string;
+  echo: ResponseEcho;
+}
+
+/** A response's status and how it ended. */
+export interface Ending {
+  status: "completed" | "incomplete";
+  reason: "max_output_tokens" | "content_filter" | null;
+}
+
+/** How a chat finish reason ends a response. */
+export function endingOf(finish: unknown): Ending {
+  if (finish === "length") {
+    return { status: "incomplete", reason: "max_output_tokens" };
+  }
+  if (finish === "content_filter") {
+    return { status: "incomplete", reason: "content_filter" };
+  }
+  return { status: "completed", reason: null };
+}
+
+/** The usage object of a response, from the exchange's billed figures. */
+export function responseUsage(
+  ex: Exchange,
+  reasoningTokens: number,
+): Record<string, unknown> {
+  const input = ex.promptTokens;
+  const output = ex.completionTokens;
+  return {
+    input_tokens: input,
+    input_tokens_details: {
+      cached_tokens: Math.min(ex.cachedTokens ?? 0, input),
+    },
+    output_tokens: output,
+    output_tokens_details: {
+      reasoning_tokens: Math.min(reasoningTokens, output),
+    },
+    total_tokens: input + output,
+    ...(ex.usageBasis ? { orchard_usage: ex.usageBasis } : {}),
+  };
+}
+
+/** A response object in one of its states. */
+export function responseObject(
+  shell: ResponseShell,
+  state: {
+    status: "in_progress" | "completed" | "incomplete" | "failed";
+    output: Item[];
+    usage: Record<string, unknown> | null;
+    reason?: Ending["reason"];
+    error?: { code: string; message: string } | null;
+  },
+): Record<string, unknown> {
+  const e = shell.echo;
+  return {
+    id: shell.id,
+    object: "response",
+    created_at: shell.createdAt,
+    status: state.status,
+    background: false,
+    completed_at: state.status === "completed"
+      ? Math.floor(Date.now() / 1000)
+      : null,
+    error: state.error ?? null,
+    incomplete_details: state.reason ? { reason: state.reason } : null,
+    instructions: e.instructions,
+    max_output_tokens: e.max_output_tokens,
+    max_tool_calls: e.max_tool_calls,
+    model: shell.model,
+    output: state.output,
+    parallel_tool_calls: e.parallel_tool_calls,
+    previous_response_id: e.previous_response_id,
+    prompt_cache_key: e.prompt_cache_key,
+    reasoning: e.reasoning,
+    safety_identifier: e.safety_identifier,
+    service_tier: "default",
+    store: e.store,
+    temperature: e.temperature,
+    text: e.text,
+    tool_choice: e.tool_choice,
+    tools: e.tools,
+    top_logprobs: e.top_logprobs,
+    top_p: e.top_p,
+    truncation: "disabled",
+    usage: state.usage,
+    user: e.user,
+    metadata: e.metadata,
+  };
+}
+
+/** One token's logprob in the Responses shape (from chat's). */
+function logprob(t: unknown): Record<string, unknown> | null {
+  if (!isObj(t) || typeof t.token !== "string") return null;
+  const one = (x: Record<string, unknown>) => ({
+    token: x.token,
+    logprob: typeof x.logprob === "number" ? x.logprob : 0,
+    bytes: Array.isArray(x.bytes) ? x.bytes : [],
+  });
+  return {
+    ...one(t),
+    top_logprobs: Array.isArray(t.top_logprobs)
+      ? t.top_logprobs.filter(isObj).map(one)
+      : [],
+  };
+}
+
+/** A chat choice's `logprobs.content`, in the Responses shape. */
+export function logprobsOf(choice: Record<string, unknown>): unknown[] {
+  const lp = choice.logprobs;
+  if (!isObj(lp) || !Array.isArray(lp.content)) return [];
+  const out: unknown[] = [];
+  for (const t of lp.content) {
+    const x = logprob(t);
+    if (x) out.push(x);
+  }
+  return out;
+}
+
+/** A `message` item with one `output_text` part. */
+export function messageItem(
+  id: string,
+  status: string,
+  text: string,
+  logprobs: unknown[],
+): Item {
+  return {
+    id,
+    type: "message",
+    status,
+    content: [textPart(text, logprobs)],
+    role: "assistant",
+  };
+}
+
+/** An `output_text` part. */
+export function textPart(text: string, logprobs: unknown[]): Item {
+  return { type: "output_text", annotations: [], logprobs, text };
+}
+
+/** A `reasoning` item holding reasoning text. */
+export function reasoningItem(id: string, status: string, text: string): Item {
+  return {
+    id,
+    type: "reasoning",
+    summary: [],
+    content: [{ type: "reasoning_text", text }],
+    status,
+  };
+}
+
+/** A `function_call` item. */
+export function callItem(
+  id: string,
+  status: string,
+  callId: string,
+  name: string,
+  args: string,
+): Item {
+  return {
+    id,
+    type: "function_call",
+    status,
+    arguments: args,
+    call_id: callId,
+    name,
+  };
+}
+
+/**
+ * The output items and ending of a normalised, non-stream chat completion
+ * (gateway/normalise.ts): reasoning, text and tool calls in that order;
+ * an empty message when there is none of them.
+ */
+export function outputOf(
+  completion: Record<string, unknown>,
+): { output: Item[]; ending: Ending } {
+  const choice = ((completion.choices as unknown[])[0] ?? {}) as Record<
+    string,
+    unknown
+  >;
+  const msg = (choice.message ?? {}) as Record<string, unknown>;
+  const ending = endingOf(choice.finish_reason);
+  const calls = Array.isArray(msg.tool_calls)
+    ? msg.tool_calls as Record<string, unknown>[]
+    : [];
+  const output: Item[] = [];
+  if (typeof msg.reasoning_content === "string" && msg.reasoning_content) {
+    output.push(
+      reasoningItem(itemId("rs_"), "completed", msg.reasoning_content),
+    );
+  }
+  if (typeof msg.content === "string" && msg.content) {
+    output.push(
+      messageItem(itemId("msg_"), "completed", msg.content, logprobsOf(choice)),
+    );
+  }
+  for (const tc of calls) {
+    const fn = tc.function as Record<string, unknown>;
+    output.push(
+      callItem(
+        itemId("fc_"),
+        "completed",
+        String(tc.id),
+        String(fn.name),
+        String(fn.arguments),
+      ),
+    );
+  }
+  if (output.length === 0) {
+    output.push(messageItem(itemId("msg_"), "completed", "", []));
+  }
+  // what was cut is the last item
+  output[output.length - 1]!.status = ending.status;
+  return { output, ending };
+}
