@@ -20,6 +20,7 @@ import {
   type StoredResponse,
 } from "../store/responses.ts";
 import { affinityOf } from "./affinity.ts";
+import { routeTenant } from "./router.ts";
 import { Exchange, type GatewayCore, storeDown } from "./core.ts";
 import {
   ChunkNormaliser,
@@ -118,7 +119,7 @@ export async function createResponse(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     const r = parseResponses(await readBody(core, req));
     const m = core.resolveModel(ctx, r.model, "chat");
     let history: Item[] = [];
@@ -155,6 +156,7 @@ export async function createResponse(
       req.signal,
       requestId,
       affinityOf(body),
+      routeTenant(ctx),
     );
     ex.nodeId = up.slot.node.id;
     const shell: ResponseShell = {
@@ -265,7 +267,7 @@ export async function retrieveResponse(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     checkQuery(req);
     const stored = await load(core, ctx.tenant.id, id);
     if (!stored) throw notFound(id);
@@ -284,7 +286,7 @@ export async function deleteStored(
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
   try {
-    const ctx = await core.authenticate(req, "chat");
+    const ctx = await ex.authenticate(req, "chat");
     let deleted = false;
     if (RESPONSE_ID.test(id)) {
       try {
