@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { createApiKey } from "../store/api_keys.ts";
 import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
-import { createUser } from "../store/users.ts";
+import { createInvite, createUser } from "../store/users.ts";
 import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
 
 /** How a route is reached and what it may show. */
@@ -78,6 +78,23 @@ const COVERAGE: Record<string, Cover> = {
   "GET /mesh/progress": { kind: "platform-only" },
   "GET /models": { kind: "platform-only" },
   "GET /playground": { kind: "platform-only" },
+  // a plain GET of a form's address goes to its page (issue 28)
+  "GET /favicon.ico": { kind: "public" },
+  "GET /logout": { kind: "public" },
+  "GET /tenants/:id/keys": { kind: "tenant-b" },
+  "GET /tenants/:id/keys/:keyId/revoke": { kind: "tenant-b" },
+  "GET /tenants/:id/limits": { kind: "tenant-b" },
+  "GET /tenants/:id/users/:userId/:action{disable|enable}": {
+    kind: "tenant-b",
+  },
+  "GET /tenants/:id/invites": { kind: "tenant-b" },
+  "GET /tenants/:id/invites/:inviteId/revoke": { kind: "tenant-b" },
+  "POST /tenants/:id/invites/:inviteId/revoke": { kind: "tenant-b" },
+  "GET /nodes/:id/drain": { kind: "platform-only" },
+  "GET /nodes/:id/undrain": { kind: "platform-only" },
+  "GET /nodes/:id/remove": { kind: "platform-only" },
+  "GET /nodes/join-tokens": { kind: "platform-only" },
+  "GET /mesh/test-all": { kind: "platform-only" },
   // fleet (platform admins only) and the node-facing API (node JWTs only)
   "GET /metrics": { kind: "platform-only" },
   "POST /api/node/v1/enroll": { kind: "platform-only" },
@@ -142,6 +159,11 @@ async function seedB(
     role: "tenant_admin",
     tenantId: b.id,
   })).id;
+  bInviteId = (await createInvite(w.store, SYSTEM, {
+    email: "invitee@globex.test",
+    role: "tenant_viewer",
+    tenantId: b.id,
+  })).invite.id;
   const snapshot = async () => {
     const parts: unknown[] = [];
     for (
@@ -151,6 +173,8 @@ async function seedB(
         ["api_key", apiKey.id],
         ["tenant_user", b.id],
         ["tenant_api_key", b.id],
+        ["tenant_invite", b.id],
+        ["invite", bInviteId],
       ]
     ) {
       for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
@@ -164,6 +188,7 @@ async function seedB(
         "Globex",
         "globex-prod-key",
         "boss@globex.test",
+        "invitee@globex.test",
         b.id,
         apiKey.id,
         "7654321",
@@ -175,9 +200,11 @@ async function seedB(
 }
 
 let bUserId = "";
+let bInviteId = "";
 
 function fill(path: string, tenantId: string, keyId: string): string {
-  return path.replace(":keyId", keyId).replace(":token", "x.y")
+  return path.replace(":inviteId", bInviteId)
+    .replace(":keyId", keyId).replace(":token", "x.y")
     .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
     .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId)
     .replace(":month", new Date().toISOString().slice(0, 7));
