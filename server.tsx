@@ -19,6 +19,8 @@ import {
   sessionMiddleware,
 } from "./routes/_middleware.ts";
 import { barePage } from "./routes/_page.tsx";
+import { portalMessage } from "./routes/_messages.ts";
+import { onceMiddleware } from "./routes/_once.tsx";
 import { createAdminApi } from "./routes/api/admin.ts";
 import { createAccountsAdminApi } from "./routes/api/accounts.ts";
 import { adminTokenRoutes } from "./routes/admin_tokens.tsx";
@@ -109,7 +111,7 @@ export function createOrchardApp(
       },
     }),
   );
-  portal.use("*", sessionMiddleware(), csrfMiddleware());
+  portal.use("*", sessionMiddleware(), csrfMiddleware(), onceMiddleware());
   portal.route("/", authRoutes);
   portal.route("/", passwordResetRoutes);
   const signedIn = new Hono<PortalEnv>();
@@ -144,6 +146,8 @@ export function createOrchardApp(
     },
   );
   app.use("/static/*", serveStatic({ root: "./" }));
+  // browsers ask for /favicon.ico whatever the page links; the icon is an SVG
+  app.get("/favicon.ico", (c) => c.redirect("/static/favicon.svg", 301));
   app.route("/", portal as unknown as Hono);
 
   app.notFound((c) => {
@@ -178,7 +182,7 @@ export function createOrchardApp(
         asPortal(c),
         err.status === 404 ? "Not found" : "Not allowed",
         <>
-          <Alert tone="error">{err.message}</Alert>
+          <Alert tone="error">{portalMessage(err)}</Alert>
           <p>
             <a href="/">Back to Orchard</a>
           </p>

@@ -129,6 +129,7 @@ const token = (await createAdminToken(store, SYSTEM, {
 })).token;
 const app = createOrchardApp({ store, config: testConfig() }, {
   UsageChart: "/static/build/UsageChart.js",
+  FormGuard: "/static/build/FormGuard.js",
 });
 
 const tenant = tenantIds[Math.floor(TENANTS / 2)]!;

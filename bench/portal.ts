@@ -116,6 +116,7 @@ await csrfToken(store, session.sid);
 const app = createOrchardApp({ store, config: testConfig() }, {
   CopyButton: "/x.js",
   ConfirmSubmit: "/y.js",
+  FormGuard: "/f.js",
 });
 
 async function time(

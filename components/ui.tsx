@@ -1,5 +1,7 @@
 /** The portal's small design system: cards, fields, buttons, badges, tables. */
 import type { ComponentChildren, JSX } from "preact";
+import FormGuard from "../islands/FormGuard.tsx";
+import { Island } from "./Island.tsx";
 
 /** A white panel with an optional title. */
 export function Card(
@@ -25,6 +27,7 @@ export function Field(
     required?: boolean;
     placeholder?: string;
     min?: number;
+    max?: number;
     autocomplete?: string;
     maxLength?: number;
   },
@@ -43,6 +46,7 @@ export function Field(
         required={props.required}
         placeholder={props.placeholder}
         min={props.min}
+        max={props.max}
         autocomplete={props.autocomplete}
         maxLength={props.maxLength}
         aria-invalid={props.error ? "true" : undefined}
@@ -73,7 +77,12 @@ export function Alert(
   );
 }
 
-/** A form that posts with the CSRF token included. */
+/**
+ * A form that posts with the CSRF token and a one-time `_once` token (new
+ * on every render): the server acts on the first post with it only, so a
+ * double click or a resent form does not act twice (routes/_once.tsx).
+ * With JavaScript, a repeated submit is not even sent (islands/FormGuard.tsx).
+ */
 export function PostForm(
   props: {
     action: string;
@@ -87,6 +96,8 @@ export function PostForm(
   return (
     <form method="post" action={action} {...rest}>
       <input type="hidden" name="_csrf" value={csrf} />
+      <input type="hidden" name="_once" value={crypto.randomUUID()} />
+      <Island name="FormGuard" component={FormGuard} props={{}} />
       {children}
     </form>
   );

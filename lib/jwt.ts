@@ -1,6 +1,7 @@
 /**
  * The one module that uses jose. Session JWTs are HS256 with the server's
- * session key; gateway↔node JWTs are EdDSA (Ed25519). Algorithms are pinned
+ * session key; gateway↔node JWTs are EdDSA (Ed25519); the portal's
+ * one-time flash messages are JWEs (`dir` + A256GCM). Algorithms are pinned
  * on verification, and `iss`, `aud` and `exp` are always required.
  */
 import * as jose from "jose";
@@ -39,6 +40,43 @@ export async function verifyHS256(
       algorithms: ["HS256"],
       issuer: opts.iss,
       audience: opts.aud,
+      requiredClaims: ["exp", "iat", "sub"],
+    });
+    return payload as BaseClaims;
+  } catch {
+    return null;
+  }
+}
+
+/** Encrypts claims as a JWT in a JWE (`dir`, A256GCM) under a 32-byte key. */
+export function encryptJWT(
+  key: Uint8Array,
+  claims: Record<string, unknown>,
+  opts: { iss: string; aud: string; sub: string; ttlSeconds: number },
+): Promise<string> {
+  return new jose.EncryptJWT(claims)
+    .setProtectedHeader({ alg: "dir", enc: "A256GCM", typ: "JWT" })
+    .setIssuer(opts.iss).setAudience(opts.aud).setSubject(opts.sub)
+    .setIssuedAt().setExpirationTime(`${opts.ttlSeconds}s`)
+    .encrypt(key);
+}
+
+/**
+ * Decrypts and checks a JWE made by `encryptJWT` (algorithms pinned, `sub`
+ * must match); null when invalid, tampered with or expired.
+ */
+export async function decryptJWT(
+  key: Uint8Array,
+  token: string,
+  opts: { iss: string; aud: string; sub: string },
+): Promise<BaseClaims | null> {
+  try {
+    const { payload } = await jose.jwtDecrypt(token, key, {
+      keyManagementAlgorithms: ["dir"],
+      contentEncryptionAlgorithms: ["A256GCM"],
+      issuer: opts.iss,
+      audience: opts.aud,
+      subject: opts.sub,
       requiredClaims: ["exp", "iat", "sub"],
     });
     return payload as BaseClaims;

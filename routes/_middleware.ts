@@ -20,7 +20,8 @@ const ISS = "orchard-portal";
 const SECURE_COOKIE = "__Host-orchard_session";
 const PLAIN_COOKIE = "orchard_session";
 
-function isHttps(c: Context): boolean {
+/** Whether the browser reached this server over https (directly or via a trusted proxy). */
+export function isHttps(c: Context): boolean {
   if (new URL(c.req.url).protocol === "https:") return true;
   return Deno.env.get("ORCHARD_TRUST_PROXY") === "1" &&
     c.req.header("x-forwarded-proto") === "https";

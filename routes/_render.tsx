@@ -22,6 +22,7 @@ export function renderPage(
   return `<!doctype html><html lang="en"><head><meta charset="utf-8">` +
     `<meta name="viewport" content="width=device-width, initial-scale=1">` +
     `<title>${escapeHtml(title)} · Orchard</title>` +
+    `<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">` +
     `<link rel="stylesheet" href="/static/app.css">${scripts}</head>` +
     `<body>${html}</body></html>`;
 }

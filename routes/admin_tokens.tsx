@@ -276,6 +276,8 @@ async function view(
 /** `/admin-tokens` pages and their form posts. */
 export const adminTokenRoutes = new Hono<PortalEnv>()
   .get("/", async (c) => view(c, (await takeOnce<Once>(c, PATH)) ?? {}))
+  // A form's address opened by hand (a reload of an old POST): its page.
+  .get("/:tokenId/revoke", (c) => c.redirect(PATH, 303))
   .post("/", async (c) => {
     const body = await c.req.parseBody();
     const input: FormInput = {

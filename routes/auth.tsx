@@ -11,10 +11,12 @@ import {
   login,
   logout,
   setupPending,
+  setupTokenValid,
 } from "../store/sessions.ts";
 import { acceptInvite, findInvite } from "../store/users.ts";
 import { clientIp, type PortalEnv } from "./_env.ts";
 import { clearSessionCookie, setSessionCookie } from "./_middleware.ts";
+import { portalMessage } from "./_messages.ts";
 import { barePage, safeNext, str } from "./_page.tsx";
 
 function LoginForm(
@@ -103,16 +105,48 @@ export const authRoutes = new Hono<PortalEnv>()
     clearSessionCookie(c);
     return c.redirect("/login", 303);
   })
+  // a plain GET of the sign-out address asks (signing out on a GET would
+  // let any page sign people out)
+  .get("/logout", (c) => {
+    const p = c.get("principal");
+    if (!p) return c.redirect("/login", 303);
+    return barePage(
+      c,
+      "Sign out",
+      <>
+        <h1>Sign out of Orchard?</h1>
+        <p class="sub">Signed in as {p.label}.</p>
+        <PostForm action="/logout" csrf={c.get("csrf")} class="row">
+          <button class="primary" type="submit">Sign out</button>
+          <a class="btn" href="/">Stay signed in</a>
+        </PostForm>
+      </>,
+    );
+  })
   .get("/setup", async (c) => {
-    const token = c.req.query("token") ?? "";
-    if (!(await setupPending(c.get("deps").store))) {
+    const token = (c.req.query("token") ?? "").slice(0, 100);
+    const store = c.get("deps").store;
+    if (c.get("principal")) return c.redirect("/", 303);
+    if (!(await setupPending(store))) {
       return barePage(
         c,
         "Setup",
         <Alert tone="error">
-          Setup is already complete or the link expired.
+          Setup is already complete or the link expired.{" "}
+          <a href="/login">Sign in</a>
         </Alert>,
-        404,
+        410,
+      );
+    }
+    if (!(await setupTokenValid(store, token))) {
+      return barePage(
+        c,
+        "Setup",
+        <Alert tone="error">
+          This setup link is invalid or was already used. Open the newest setup
+          link printed in the server log.
+        </Alert>,
+        410,
       );
     }
     return barePage(c, "Set up Orchard", <SetupForm token={token} />);
@@ -142,7 +176,11 @@ export const authRoutes = new Hono<PortalEnv>()
       return barePage(
         c,
         "Set up Orchard",
-        <SetupForm token={token} email={str(body.email)} error={err.message} />,
+        <SetupForm
+          token={token}
+          email={str(body.email)}
+          error={portalMessage(err)}
+        />,
         err instanceof ValidationError ? 400 : 401,
       );
     }
@@ -157,7 +195,7 @@ export const authRoutes = new Hono<PortalEnv>()
         <Alert tone="error">
           This invite link is invalid, expired or was already used.
         </Alert>,
-        404,
+        410,
       );
     }
     return barePage(
@@ -178,7 +216,7 @@ export const authRoutes = new Hono<PortalEnv>()
         <Alert tone="error">
           This invite link is invalid, expired or was already used.
         </Alert>,
-        404,
+        410,
       );
     }
     try {
@@ -205,7 +243,7 @@ export const authRoutes = new Hono<PortalEnv>()
           token={token}
           email={inv.email}
           role={inv.role}
-          error={err.message}
+          error={portalMessage(err)}
         />,
         400,
       );

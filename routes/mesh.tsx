@@ -5,7 +5,7 @@
  */
 import { Hono } from "hono";
 import { Island } from "../components/Island.tsx";
-import { Alert, Card, PostForm } from "../components/ui.tsx";
+import { Card, PostForm } from "../components/ui.tsx";
 import MeshRunner from "../islands/MeshRunner.tsx";
 import {
   type LinkTestRecord,
@@ -15,6 +15,7 @@ import {
 import { requirePlatform } from "../store/principal.ts";
 import type { PortalEnv } from "./_env.ts";
 import { ago, type FleetPagesDeps, linkCell } from "./_fleet.ts";
+import { FlashMessages, redirectWithFlash, takeFlash } from "./_flash.tsx";
 import { page } from "./_page.tsx";
 
 const LABEL = { ok: "healthy", warn: "degraded", bad: "poor" } as const;
@@ -41,7 +42,7 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
       }
       const progress = deps.links.progress();
       const now = Date.now();
-      const busy = c.req.query("busy") === "1";
+      const flash = await takeFlash(c);
       return page(
         c,
         "RDMA mesh",
@@ -54,7 +55,7 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
               bandwidth and age. Healthy: ≤ 10 µs and ≥ 7 GB/s (one TB5 cable);
               poor: above 25 µs or under 4 GB/s.
             </p>
-            {busy && <Alert tone="warn">A run is already in progress.</Alert>}
+            <FlashMessages flash={flash} />
             <Card>
               <div class="row" style="align-items:center">
                 <PostForm action="/mesh/test-all" csrf={c.get("csrf")}>
@@ -158,9 +159,14 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
       const nodes = await listNodes(c.get("deps").store, p);
       const ids = nodes.filter((n) => n.state === "healthy").map((n) => n.id);
       if (!deps.links.startAll(p, ids)) {
-        return c.redirect("/mesh?busy=1", 303);
+        return await redirectWithFlash(c, "/mesh", {
+          warn: "A run is already in progress.",
+        });
       }
-      return c.redirect("/mesh", 303);
+      return await redirectWithFlash(c, "/mesh", {
+        ok: `Testing all pairs of ${ids.length} healthy nodes.`,
+      });
     })
+    .get("/test-all", (c) => c.redirect("/mesh", 303))
     .get("/progress", (c) => c.json(deps.links.progress()));
 }

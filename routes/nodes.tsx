@@ -21,7 +21,7 @@ import {
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
 import NodesLive from "../islands/NodesLive.tsx";
-import { ServiceError } from "../store/errors.ts";
+import { NotFoundError, ServiceError } from "../store/errors.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
 import {
   listNodes,
@@ -30,8 +30,16 @@ import {
   setNodeDrain,
 } from "../store/nodes.ts";
 import { requirePlatform } from "../store/principal.ts";
+import { confirmed, confirmPage } from "./_confirm.tsx";
 import type { PortalEnv } from "./_env.ts";
 import { ago, type FleetPagesDeps, hardwareOf } from "./_fleet.ts";
+import {
+  type Flash,
+  FlashMessages,
+  redirectWithFlash,
+  takeFlash,
+} from "./_flash.tsx";
+import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
@@ -127,13 +135,24 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
             action={`/nodes/${n.id}/${n.drain ? "undrain" : "drain"}`}
             csrf={csrf}
           >
-            <button
-              type="submit"
-              class="small"
-              data-action={n.drain ? "undrain" : "drain"}
-            >
-              {n.drain ? "Undrain" : "Drain"}
-            </button>
+            {n.drain
+              ? (
+                <button type="submit" class="small" data-action="undrain">
+                  Undrain
+                </button>
+              )
+              : (
+                <Island
+                  name="ConfirmSubmit"
+                  component={ConfirmSubmit}
+                  props={{
+                    label: "Drain",
+                    confirmLabel: "Yes, drain",
+                    question: "It takes no new requests.",
+                    action: "drain",
+                  }}
+                />
+              )}
           </PostForm>
           <PostForm action={`/nodes/${n.id}/remove`} csrf={csrf}>
             <Island
@@ -143,6 +162,7 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
                 label: "Remove",
                 confirmLabel: "Yes, remove",
                 question: "It must enroll again with a new join token.",
+                action: "remove",
               }}
             />
           </PostForm>
@@ -154,14 +174,13 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
 
 async function view(
   c: C,
-  flash: { ok?: string; error?: string; command?: string; expires?: string } =
-    {},
+  flash: Flash = {},
+  error?: string,
 ) {
   const p = c.get("principal")!;
   const nodes = await listNodes(c.get("deps").store, p);
   const csrf = c.get("csrf");
   const now = Date.now();
-  const ok = flash.ok ?? DONE[c.req.query("done") ?? ""];
   return page(
     c,
     "Nodes",
@@ -177,9 +196,9 @@ async function view(
             props={{ src: "/nodes/events" }}
           />
         </p>
-        {ok && <Alert tone="ok">{ok}</Alert>}
-        {flash.error && <Alert tone="error">{flash.error}</Alert>}
+        <FlashMessages flash={flash} />
         <Card id="nodes">
+          <FlashMessages flash={flash} section="nodes" />
           <div class="nodes-table">
             <Table
               head={[
@@ -204,6 +223,8 @@ async function view(
           </div>
         </Card>
         <Card title="Add a node" id="join">
+          <FlashMessages flash={flash} section="join" />
+          {error && <Alert tone="error">{error}</Alert>}
           {flash.command && (
             <>
               <Alert tone="warn">
@@ -244,29 +265,59 @@ async function view(
         </Card>
       </>
     ),
-    flash.error ? 400 : 200,
+    error ? 400 : 200,
   );
 }
 
 /** Builds `/nodes` (mounted by orchard.ts with the fleet). */
 export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
   const interval = deps.liveIntervalMs ?? 2000;
+  const QUESTION = {
+    drain: "It takes no new requests and finishes what it is doing.",
+    remove: "It must enroll again with a new join token.",
+  };
   const action = (
     name: "drain" | "undrain" | "remove",
     fn: (c: C) => Promise<unknown>,
   ) =>
   async (c: C) => {
-    requirePlatform(c.get("principal")!);
+    const p = c.get("principal")!;
+    requirePlatform(p);
+    if (name !== "undrain" && !(await confirmed(c))) {
+      const id = c.req.param("id")!;
+      const n = (await listNodes(c.get("deps").store, p)).find((n) =>
+        n.id === id
+      );
+      if (!n) throw new NotFoundError("Node");
+      const verb = name === "drain" ? "Drain" : "Remove";
+      return confirmPage(c, {
+        title: `${verb} ${n.name}?`,
+        question: QUESTION[name],
+        confirmLabel: `Yes, ${name}`,
+        action: `/nodes/${n.id}/${name}`,
+        back: "/nodes#nodes",
+        active: "/nodes",
+      });
+    }
     await fn(c);
     await deps.fleet.refresh();
-    return c.redirect(`/nodes?done=${name}`, 303);
+    return await redirectWithFlash(c, "/nodes#nodes", {
+      section: "nodes",
+      ok: DONE[name],
+    });
   };
+  const toPage = (section: string) => (c: C) =>
+    c.redirect(`/nodes#${section}`, 303);
   return new Hono<PortalEnv>()
     .use("*", async (c, next) => {
       requirePlatform(c.get("principal")!);
       await next();
     })
-    .get("/", (c) => view(c))
+    .get("/", async (c) => view(c, await takeFlash(c)))
+    .get("/:id/drain", toPage("nodes"))
+    .get("/:id/undrain", toPage("nodes"))
+    .get("/:id/remove", toPage("nodes"))
+    .get("/join-tokens", toPage("join"))
     .post(
       "/:id/drain",
       action(
@@ -315,8 +366,8 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
           c.get("principal")!,
           { uses, ttlSeconds: Math.round(minutes * 60) },
         );
-        c.header("cache-control", "no-store");
-        return await view(c, {
+        return await redirectWithFlash(c, "/nodes#join", {
+          section: "join",
           ok: "Join token created.",
           command: `deno task node --gateway ${
             c.get("deps").config.publicUrl
@@ -325,12 +376,12 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
         });
       } catch (err) {
         if (!(err instanceof ServiceError) || err.status !== 400) throw err;
-        const msg = err.message.replace(
-          /^ttlSeconds: .*/,
-          "Valid for: must be 1 to 1440 minutes",
-        )
-          .replace(/^uses: .*/, "Uses: must be a whole number from 1 to 1000");
-        return await view(c, { error: msg });
+        const msg = /^ttlSeconds\b/.test(err.field ?? "")
+          ? "Valid for: must be 1 to 1440 minutes"
+          : /^uses\b/.test(err.field ?? "")
+          ? "Uses: must be a whole number from 1 to 1000"
+          : portalMessage(err);
+        return await view(c, {}, msg);
       }
     })
     .get("/events", (c) =>

@@ -62,7 +62,7 @@ export const passwordResetRoutes = new Hono<PortalEnv>()
         c,
         "Reset password",
         <Alert tone="error">{INVALID}</Alert>,
-        404,
+        410, // gone, as a used invite or setup link
       );
     }
     return barePage(

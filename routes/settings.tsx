@@ -10,6 +10,12 @@ import { formatMoney } from "../store/money.ts";
 import { getPricing, type Pricing, setPricing } from "../store/pricing.ts";
 import { requirePlatform } from "../store/principal.ts";
 import type { PortalEnv } from "./_env.ts";
+import {
+  type Flash,
+  FlashMessages,
+  redirectWithFlash,
+  takeFlash,
+} from "./_flash.tsx";
 import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
@@ -115,7 +121,7 @@ function field(v: FormValues, name: string, hint?: string) {
 
 async function view(
   c: C,
-  flash: { ok?: string; error?: string; values?: FormValues } = {},
+  flash: Flash & { error?: string; values?: FormValues } = {},
 ) {
   const pricing = await getPricing(c.get("deps").store);
   const v = flash.values ?? valuesOf(pricing);
@@ -134,7 +140,7 @@ async function view(
               fmtTime(pricing.updatedAt)
             } by ${pricing.updatedBy}.`}
         </p>
-        {flash.ok && <Alert tone="ok">{flash.ok}</Alert>}
+        <FlashMessages flash={flash} />
         {flash.error && <Alert tone="error">{flash.error}</Alert>}
         <PostForm action="/settings" csrf={c.get("csrf")} id="pricing-form">
           <div class="grid2">
@@ -217,9 +223,9 @@ async function view(
 
 /** `/settings`. */
 export const settingsRoutes = new Hono<PortalEnv>()
-  .get("/", (c) => {
+  .get("/", async (c) => {
     requirePlatform(c.get("principal")!);
-    return view(c);
+    return await view(c, await takeFlash(c));
   })
   .post("/", async (c) => {
     const p = c.get("principal")!;
@@ -227,7 +233,9 @@ export const settingsRoutes = new Hono<PortalEnv>()
     const body = await c.req.parseBody();
     const values: FormValues = {};
     for (const [k, val] of Object.entries(body)) {
-      if (k !== "_csrf" && k.length < 40) values[k] = str(val).slice(0, 400);
+      if (!k.startsWith("_") && k.length < 40) {
+        values[k] = str(val).slice(0, 400);
+      }
     }
     try {
       await setPricing(c.get("deps").store, p, inputOf(values));
@@ -235,5 +243,5 @@ export const settingsRoutes = new Hono<PortalEnv>()
       if (!(err instanceof ValidationError)) throw err;
       return view(c, { error: readable(err), values });
     }
-    return view(c, { ok: "Settings saved." });
+    return await redirectWithFlash(c, "/settings", { ok: "Settings saved." });
   });

@@ -16,6 +16,7 @@ import {
 } from "../store/statements.ts";
 import { monthOf } from "../store/usage_month.ts";
 import type { PortalEnv } from "./_env.ts";
+import { portalMessage } from "./_messages.ts";
 import { page } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
@@ -83,20 +84,58 @@ function body(s: Statement) {
   );
 }
 
+/** The month picker: months from the tenant's first to this one. */
+function MonthPicker(
+  props: { tenantId: string; month: string; first: string; last: string },
+) {
+  return (
+    <form
+      method="get"
+      action={`/tenants/${props.tenantId}/statements`}
+      class="row"
+      style="align-items:flex-end"
+    >
+      <div class="field" style="flex:0">
+        <label for="month">Month</label>
+        <input
+          id="month"
+          type="month"
+          name="month"
+          min={props.first}
+          max={props.last}
+          value={props.month >= props.first && props.month <= props.last
+            ? props.month
+            : props.last}
+          required
+        />
+      </div>
+      <div class="field" style="flex:0">
+        <button type="submit" class="small">Show</button>
+      </div>
+    </form>
+  );
+}
+
 async function view(c: C) {
   const store = c.get("deps").store;
   const p = c.get("principal")!;
   const tenant = await getTenant(store, p, c.req.param("id")!);
   const month = c.req.param("month")!.slice(0, 20);
+  const valid = /^\d{4}-(0[1-9]|1[0-2])$/.test(month);
+  const first = monthOf(Date.parse(tenant.createdAt));
+  const last = monthOf(Date.now());
+  // before the tenant existed there is nothing to bill: say so, not a page of zeros
+  const before = valid && month < first;
   let s: Statement | null = null;
   let error: string | null = null;
-  try {
-    s = await buildStatement(store, p, tenant.id, month);
-  } catch (err) {
-    if (!(err instanceof ServiceError) || err.status !== 400) throw err;
-    error = err.message;
+  if (!before) {
+    try {
+      s = await buildStatement(store, p, tenant.id, month);
+    } catch (err) {
+      if (!(err instanceof ServiceError) || err.status !== 400) throw err;
+      error = portalMessage(err);
+    }
   }
-  const valid = /^\d{4}-(0[1-9]|1[0-2])$/.test(month);
   return page(
     c,
     `Statement ${valid ? month : ""}`,
@@ -116,8 +155,14 @@ async function view(c: C) {
             </>
           )}
         </p>
+        <MonthPicker
+          tenantId={tenant.id}
+          month={month}
+          first={first}
+          last={last}
+        />
         <p class="row">
-          {valid && (
+          {valid && month > first && (
             <a
               class="btn small"
               href={`/tenants/${tenant.id}/statements/${shiftMonth(month, -1)}`}
@@ -125,7 +170,7 @@ async function view(c: C) {
               ← {shiftMonth(month, -1)}
             </a>
           )}
-          {valid && s && !s.period.complete ? null : valid && (
+          {before || (valid && s && !s.period.complete) ? null : valid && (
             <a
               class="btn small"
               href={`/tenants/${tenant.id}/statements/${shiftMonth(month, 1)}`}
@@ -145,6 +190,21 @@ async function view(c: C) {
           )}
         </p>
         {error && <Alert tone="error">{error}</Alert>}
+        {before && (
+          <Alert tone="warn">
+            <span data-testid="no-usage">
+              No usage in {month}: {tenant.name} was created in {first}.
+            </span>{" "}
+            <a href={`/tenants/${tenant.id}/statements/${first}`}>
+              Statement for {first} →
+            </a>
+          </Alert>
+        )}
+        {s && s.requests === 0 && s.lines.length === 0 && (
+          <Alert tone="ok">
+            <span data-testid="no-usage">No usage in {month}.</span>
+          </Alert>
+        )}
         {s && body(s)}
       </>
     ),
@@ -160,10 +220,18 @@ export const statementRoutes = new Hono<PortalEnv>()
       c.get("principal")!,
       c.req.param("id"),
     );
-    return c.redirect(
-      `/tenants/${t.id}/statements/${monthOf(Date.now())}`,
-      303,
-    );
+    // the month picker's choice, kept within the tenant's months
+    const first = monthOf(Date.parse(t.createdAt));
+    const last = monthOf(Date.now());
+    const asked = c.req.query("month") ?? "";
+    const month = !/^\d{4}-(0[1-9]|1[0-2])$/.test(asked)
+      ? last
+      : asked < first
+      ? first
+      : asked > last
+      ? last
+      : asked;
+    return c.redirect(`/tenants/${t.id}/statements/${month}`, 303);
   })
   .get("/:id/statements/:month", (c) => view(c))
   .get("/:id/statements/:month/csv", async (c) => {

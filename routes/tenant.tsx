@@ -1,4 +1,9 @@
-/** One tenant: its API keys, limits, members, and settings. */
+/**
+ * One tenant: its API keys, limits, members, pending invites and settings.
+ * Every form post that changes something answers 303 to this page (at its
+ * section) with a one-time flash (routes/_flash.tsx); errors, which change
+ * nothing, render the page directly with what was typed.
+ */
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { Island } from "../components/Island.tsx";
@@ -21,25 +26,42 @@ import {
   type Limits,
   setTenantLimits,
 } from "../store/limits.ts";
-import { isPlatform } from "../store/principal.ts";
+import {
+  isPlatform,
+  requirePlatform,
+  requireTenantWrite,
+} from "../store/principal.ts";
 import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
 import { quotaStatus } from "../store/quota/mod.ts";
 import { QuotaTable } from "../components/dashboard.tsx";
-import { createInvite, listUsers, setUserDisabled } from "../store/users.ts";
+import {
+  createInvite,
+  listInvites,
+  listUsers,
+  revokeInvite,
+  setUserDisabled,
+} from "../store/users.ts";
+import { confirmed, confirmPage } from "./_confirm.tsx";
 import type { PortalEnv } from "./_env.ts";
+import {
+  type Flash,
+  FlashMessages,
+  redirectWithFlash,
+  takeFlash,
+} from "./_flash.tsx";
+import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
 
-/** Flash state for one render of the tenant page. */
-interface Flash {
-  ok?: string;
-  error?: string;
-  section?: "keys" | "limits" | "members" | "settings";
-  newKey?: { key: string; name: string };
-  inviteLink?: string;
-  limitsInput?: Record<string, string>;
+type Section = "keys" | "limits" | "members" | "settings";
+
+/** An error to show in a section, with what was typed there. */
+interface Failure {
+  error: string;
+  section: Section;
+  input: Record<string, string>;
 }
 
 const LIMIT_LABELS: Record<keyof Limits, string> = {
@@ -49,6 +71,9 @@ const LIMIT_LABELS: Record<keyof Limits, string> = {
   tokensPerDay: "Tokens / day",
   tokensPerMonth: "Tokens / month",
 };
+
+/** The largest limit accepted (store/schemas.ts). */
+const LIMIT_MAX = 1e12;
 
 function limitsFromForm(
   body: Record<string, unknown>,
@@ -61,23 +86,33 @@ function limitsFromForm(
   return out;
 }
 
-async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
+async function view(
+  c: C,
+  flash: Flash = {},
+  failure: Failure | null = null,
+  status: 200 | 400 | 409 = 200,
+) {
   const store = c.get("deps").store;
   const p = c.get("principal")!;
   const id = c.req.param("id")!;
   const tenant = await getTenant(store, p, id);
-  const [keys, limits, members, quota] = await Promise.all([
+  const canWrite = p.role !== "tenant_viewer";
+  const [keys, limits, members, quota, invites] = await Promise.all([
     listApiKeys(store, p, id, { limit: 100 }),
     getTenantLimits(store, p, id),
     listUsers(store, p, id, { limit: 100 }),
     quotaStatus(store, p, id),
+    canWrite ? listInvites(store, p, id) : Promise.resolve([]),
   ]);
-  const canWrite = p.role !== "tenant_viewer";
   const csrf = c.get("csrf");
-  const err = (s: Flash["section"]) =>
-    flash.error && flash.section === s
-      ? <Alert tone="error">{flash.error}</Alert>
-      : null;
+  const input = (s: Section, name: string) =>
+    failure?.section === s ? failure.input[name] : undefined;
+  const messages = (s: Section) => (
+    <>
+      <FlashMessages flash={flash} section={s} />
+      {failure?.section === s && <Alert tone="error">{failure.error}</Alert>}
+    </>
+  );
   return page(
     c,
     tenant.name,
@@ -91,25 +126,7 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
           </Badge>
         </h1>
         <p class="sub mono">{tenant.slug} · {tenant.id}</p>
-        {flash.ok && <Alert tone="ok">{flash.ok}</Alert>}
-        {flash.newKey && (
-          <Card title="Your new API key" id="new-key">
-            <Alert tone="warn">
-              Copy this key now. It is shown only once and cannot be recovered;
-              create a new one if it is lost.
-            </Alert>
-            <div class="row" style="align-items:center">
-              <code class="secret" id="secret-value" data-testid="new-key">
-                {flash.newKey.key}
-              </code>
-              <Island
-                name="CopyButton"
-                component={CopyButton}
-                props={{ text: flash.newKey.key, label: "Copy key" }}
-              />
-            </div>
-          </Card>
-        )}
+        <FlashMessages flash={flash} />
         <Card title="Quota status" id="quota">
           <QuotaTable rows={quota} />
           <p class="row" style="margin-top:12px">
@@ -122,7 +139,26 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
           </p>
         </Card>
         <Card title="API keys" id="keys">
-          {err("keys")}
+          {messages("keys")}
+          {flash.newKey && (
+            <section class="new-key" id="new-key">
+              <h3>Your new API key</h3>
+              <Alert tone="warn">
+                Copy this key now. It is shown only once and cannot be
+                recovered; create a new one if it is lost.
+              </Alert>
+              <div class="row" style="align-items:center">
+                <code class="secret" id="secret-value" data-testid="new-key">
+                  {flash.newKey.key}
+                </code>
+                <Island
+                  name="CopyButton"
+                  component={CopyButton}
+                  props={{ text: flash.newKey.key, label: "Copy key" }}
+                />
+              </div>
+            </section>
+          )}
           <Table
             head={[
               "Name",
@@ -185,18 +221,21 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                   required
                   maxLength={100}
                   placeholder="e.g. production app"
+                  value={input("keys", "name")}
                 />
                 <Field
                   label="Expires"
                   name="expiresAt"
                   type="datetime-local"
                   hint="optional (UTC)"
+                  value={input("keys", "expiresAt")}
                 />
                 <Field
                   label="Models"
                   name="models"
                   hint="optional, comma-separated"
                   placeholder="all models"
+                  value={input("keys", "models")}
                 />
               </div>
               <div class="field">
@@ -217,7 +256,7 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
         </Card>
         <div class="grid2">
           <Card title="Limits" id="limits">
-            {err("limits")}
+            {messages("limits")}
             <p class="muted">
               Empty means unlimited. Keys can have tighter limits of their own.
               {!isPlatform(p) &&
@@ -231,7 +270,10 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                   name={f}
                   type="number"
                   min={0}
-                  value={flash.limitsInput ? flash.limitsInput[f] : limits[f]}
+                  max={LIMIT_MAX}
+                  value={failure?.section === "limits"
+                    ? failure.input[f]
+                    : limits[f]}
                 />
               ))}
               {isPlatform(p) && (
@@ -240,22 +282,35 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
             </PostForm>
           </Card>
           <Card title="Members" id="members">
-            {err("members")}
+            {messages("members")}
             {flash.inviteLink && (
-              <Alert tone="ok">
-                Invite link (one-time, valid 7 days):{" "}
-                <code class="mono" data-testid="invite-link">
-                  {flash.inviteLink}
-                </code>
-              </Alert>
+              <div class="row" style="align-items:center;margin-bottom:12px">
+                <span>
+                  Invite link (one-time, valid 7 days, shown once):{" "}
+                  <code
+                    class="mono"
+                    id="secret-value"
+                    data-testid="invite-link"
+                  >
+                    {flash.inviteLink}
+                  </code>
+                </span>
+                <Island
+                  name="CopyButton"
+                  component={CopyButton}
+                  props={{ text: flash.inviteLink, label: "Copy link" }}
+                />
+              </div>
             )}
             <Table
-              head={["Email", "Role", "Status"]}
+              head={canWrite
+                ? ["Email", "Role", "Status", ""]
+                : ["Email", "Role", "Status"]}
               rows={members.items.length}
               empty="No members yet."
             >
               {members.items.map((u) => (
-                <tr key={u.id}>
+                <tr key={u.id} data-user={u.email}>
                   <td>{u.email}</td>
                   <td>{u.role.replace("_", " ")}</td>
                   <td>
@@ -263,36 +318,105 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                       ? <Badge tone="danger">disabled</Badge>
                       : <Badge tone="ok">active</Badge>}
                   </td>
+                  {canWrite && (
+                    <td>
+                      {u.id !== p.id && (
+                        <PostForm
+                          action={`/tenants/${id}/users/${u.id}/${
+                            u.disabled ? "enable" : "disable"
+                          }`}
+                          csrf={csrf}
+                        >
+                          {u.disabled
+                            ? (
+                              <button type="submit" class="small">
+                                Enable
+                              </button>
+                            )
+                            : (
+                              <Island
+                                name="ConfirmSubmit"
+                                component={ConfirmSubmit}
+                                props={{
+                                  label: "Disable",
+                                  confirmLabel: "Yes, disable",
+                                  question: "They are signed out at once.",
+                                }}
+                              />
+                            )}
+                        </PostForm>
+                      )}
+                    </td>
+                  )}
                 </tr>
               ))}
             </Table>
             {canWrite && (
-              <PostForm
-                action={`/tenants/${id}/invites`}
-                csrf={csrf}
-                style="margin-top:16px"
-              >
-                <Field
-                  label="Invite by email"
-                  name="email"
-                  type="email"
-                  required
-                />
-                <div class="field">
-                  <label for="f-role">Role</label>
-                  <select id="f-role" name="role">
-                    <option value="tenant_admin">Tenant admin</option>
-                    <option value="tenant_viewer">Viewer (read only)</option>
-                  </select>
-                </div>
-                <button type="submit">Create invite link</button>
-              </PostForm>
+              <>
+                <h3 style="margin-top:16px">Pending invites</h3>
+                <Table
+                  head={["Email", "Role", "Expires", ""]}
+                  rows={invites.length}
+                  empty="No pending invites."
+                >
+                  {invites.map((inv) => (
+                    <tr key={inv.id} data-invite={inv.email}>
+                      <td>{inv.email}</td>
+                      <td>{inv.role.replace("_", " ")}</td>
+                      <td>{fmtTime(inv.expiresAt)}</td>
+                      <td>
+                        <PostForm
+                          action={`/tenants/${id}/invites/${inv.id}/revoke`}
+                          csrf={csrf}
+                        >
+                          <Island
+                            name="ConfirmSubmit"
+                            component={ConfirmSubmit}
+                            props={{
+                              label: "Revoke",
+                              confirmLabel: "Yes, revoke",
+                              question: "The link stops working.",
+                            }}
+                          />
+                        </PostForm>
+                      </td>
+                    </tr>
+                  ))}
+                </Table>
+                <PostForm
+                  action={`/tenants/${id}/invites`}
+                  csrf={csrf}
+                  style="margin-top:16px"
+                >
+                  <Field
+                    label="Invite by email"
+                    name="email"
+                    type="email"
+                    required
+                    value={input("members", "email")}
+                    hint="inviting again replaces the pending link"
+                  />
+                  <div class="field">
+                    <label for="f-role">Role</label>
+                    <select id="f-role" name="role">
+                      <option value="tenant_admin">Tenant admin</option>
+                      <option
+                        value="tenant_viewer"
+                        selected={input("members", "role") === "tenant_viewer"}
+                      >
+                        Viewer (read only)
+                      </option>
+                    </select>
+                  </div>
+                  <button type="submit">Create invite link</button>
+                </PostForm>
+              </>
             )}
           </Card>
         </div>
         {isPlatform(p) && (
           <Card title="Settings" id="settings">
-            {err("settings")}
+            {messages("settings")}
             <div class="row">
               <PostForm
                 action={`/tenants/${id}`}
@@ -303,7 +427,7 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                 <Field
                   label="Name"
                   name="name"
-                  value={tenant.name}
+                  value={input("settings", "name") ?? tenant.name}
                   required
                   maxLength={100}
                 />
@@ -320,9 +444,17 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
                 <div class="field">
                   {tenant.status === "active"
                     ? (
-                      <button type="submit" class="danger">
-                        Suspend tenant
-                      </button>
+                      <Island
+                        name="ConfirmSubmit"
+                        component={ConfirmSubmit}
+                        props={{
+                          label: "Suspend tenant",
+                          confirmLabel: "Yes, suspend",
+                          question:
+                            "Its keys stop working and its members cannot sign in.",
+                          action: "suspend",
+                        }}
+                      />
                     )
                     : (
                       <button type="submit" class="primary">
@@ -340,53 +472,92 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
   );
 }
 
+/**
+ * Runs a form post's action: on success 303 to the page at `section` with
+ * the flash it returns; on a service error (nothing changed) the page
+ * itself with the message and what was typed. 403/404 go to the error page.
+ */
 async function attempt(
   c: C,
-  section: Flash["section"],
-  fn: () => Promise<Flash>,
+  section: Section,
+  fn: () => Promise<Flash | Response>,
 ) {
+  const id = c.req.param("id")!;
   try {
-    return await view(c, await fn());
+    const out = await fn();
+    if (out instanceof Response) return out;
+    return await redirectWithFlash(c, `/tenants/${id}#${section}`, {
+      section,
+      ...out,
+    });
   } catch (err) {
     if (
       !(err instanceof ServiceError) || err.status === 404 || err.status === 403
     ) throw err;
     const body = await c.req.parseBody();
-    const limitsInput = section === "limits"
-      ? Object.fromEntries(LIMIT_FIELDS.map((f) => [f, str(body[f])]))
-      : undefined;
+    const input: Record<string, string> = {};
+    for (const [k, v] of Object.entries(body)) {
+      if (!k.startsWith("_") && typeof v === "string") {
+        input[k] = v.slice(0, 400);
+      }
+    }
     return await view(
       c,
-      { error: err.message, section, limitsInput },
+      {},
+      { error: portalMessage(err), section, input },
       err.status === 409 ? 409 : 400,
     );
   }
 }
 
+/** A plain GET of a form's address: the page, at the form's section. */
+function toSection(section: Section) {
+  return async (c: C) => {
+    const t = await getTenant(
+      c.get("deps").store,
+      c.get("principal")!,
+      c.req.param("id")!,
+    );
+    return c.redirect(`/tenants/${t.id}#${section}`, 303);
+  };
+}
+
 /** `/tenants/:id` pages and their form posts. */
 export const tenantDetailRoutes = new Hono<PortalEnv>()
-  .get(
-    "/:id",
-    (c) => view(c, c.req.query("created") ? { ok: "Tenant created." } : {}),
-  )
+  .get("/:id", async (c) => view(c, await takeFlash(c)))
   .post("/:id", (c) =>
     attempt(c, "settings", async () => {
       const body = await c.req.parseBody();
+      const store = c.get("deps").store;
+      const p = c.get("principal")!;
+      const id = c.req.param("id");
       const patch: Record<string, string> = {};
       if (str(body.name)) patch.name = str(body.name);
       if (str(body.status)) patch.status = str(body.status);
-      const t = await updateTenant(
-        c.get("deps").store,
-        c.get("principal")!,
-        c.req.param("id"),
-        patch,
-      );
+      if (patch.status === "suspended" && !(await confirmed(c))) {
+        const t = await getTenant(store, p, id);
+        requirePlatform(p);
+        if (t.status === "active") {
+          return confirmPage(c, {
+            title: `Suspend ${t.name}?`,
+            question:
+              "Its API keys stop working at once and its members cannot sign in until it is resumed.",
+            confirmLabel: "Yes, suspend",
+            action: `/tenants/${t.id}`,
+            back: `/tenants/${t.id}#settings`,
+            active: "/tenants",
+            fields: { status: "suspended" },
+          });
+        }
+      }
+      const t = await updateTenant(store, p, id, patch);
       return {
         ok: patch.status
           ? `Tenant ${t.status === "active" ? "resumed" : "suspended"}.`
           : "Tenant renamed.",
       };
     }))
+  .get("/:id/keys", toSection("keys"))
   .post("/:id/keys", (c) =>
     attempt(c, "keys", async () => {
       const body = await c.req.parseBody({ all: true });
@@ -413,15 +584,31 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
         ok: `Key "${apiKey.name}" created.`,
       };
     }))
+  .get("/:id/keys/:keyId/revoke", toSection("keys"))
   .post("/:id/keys/:keyId/revoke", (c) =>
     attempt(c, "keys", async () => {
       const store = c.get("deps").store;
       const p = c.get("principal")!;
       const tenantId = c.req.param("id");
-      await getTenant(store, p, tenantId);
+      const t = await getTenant(store, p, tenantId);
+      requireTenantWrite(p, t.id);
+      if (!(await confirmed(c))) {
+        const keys = await listApiKeys(store, p, t.id, { limit: 100 });
+        const key = keys.items.find((k) => k.id === c.req.param("keyId"));
+        if (!key) throw new NotFoundError("API key");
+        return confirmPage(c, {
+          title: `Revoke key "${key.name}"?`,
+          question: "Clients using it stop working at once.",
+          confirmLabel: "Yes, revoke",
+          action: `/tenants/${t.id}/keys/${key.id}/revoke`,
+          back: `/tenants/${t.id}#keys`,
+          active: isPlatform(p) ? "/tenants" : `/tenants/${t.id}`,
+        });
+      }
       const key = await revokeApiKey(store, p, c.req.param("keyId"), tenantId);
       return { ok: `Key "${key.name}" revoked.` };
     }))
+  .get("/:id/limits", toSection("limits"))
   .post("/:id/limits", (c) =>
     attempt(c, "limits", async () => {
       const body = await c.req.parseBody();
@@ -433,6 +620,7 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
       );
       return { ok: "Limits saved." };
     }))
+  .get("/:id/users/:userId/:action{disable|enable}", toSection("members"))
   .post(
     "/:id/users/:userId/:action{disable|enable}",
     (c) =>
@@ -442,16 +630,24 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
         const members = await listUsers(store, p, c.req.param("id"), {
           limit: 200,
         });
-        if (!members.items.some((u) => u.id === c.req.param("userId"))) {
-          throw new NotFoundError("User");
-        }
-        const disable = c.req.param("action") === "disable";
-        const u = await setUserDisabled(
-          store,
-          p,
-          c.req.param("userId"),
-          disable,
+        const member = members.items.find((u) =>
+          u.id === c.req.param("userId")
         );
+        if (!member) throw new NotFoundError("User");
+        const disable = c.req.param("action") === "disable";
+        if (disable && !(await confirmed(c))) {
+          const t = await getTenant(store, p, c.req.param("id"));
+          requireTenantWrite(p, t.id, "User");
+          return confirmPage(c, {
+            title: `Disable ${member.email}?`,
+            question: "They are signed out at once and cannot sign in.",
+            confirmLabel: "Yes, disable",
+            action: `/tenants/${t.id}/users/${member.id}/disable`,
+            back: `/tenants/${t.id}#members`,
+            active: isPlatform(p) ? "/tenants" : `/tenants/${t.id}`,
+          });
+        }
+        const u = await setUserDisabled(store, p, member.id, disable);
         return {
           ok: `${u.email} ${
             disable ? "disabled: their sessions ended" : "enabled"
@@ -459,10 +655,11 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
         };
       }),
   )
+  .get("/:id/invites", toSection("members"))
   .post("/:id/invites", (c) =>
     attempt(c, "members", async () => {
       const body = await c.req.parseBody();
-      const { token } = await createInvite(
+      const { token, invite, replaced } = await createInvite(
         c.get("deps").store,
         c.get("principal")!,
         {
@@ -472,7 +669,36 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
         },
       );
       return {
-        ok: "Invite created.",
+        ok: replaced
+          ? `New invite for ${invite.email} created. It replaces the previous link, which no longer works.`
+          : `Invite for ${invite.email} created.`,
         inviteLink: `${c.get("deps").config.publicUrl}/invite/${token}`,
       };
-    }));
+    }))
+  .get("/:id/invites/:inviteId/revoke", toSection("members"))
+  .post(
+    "/:id/invites/:inviteId/revoke",
+    (c) =>
+      attempt(c, "members", async () => {
+        const store = c.get("deps").store;
+        const p = c.get("principal")!;
+        const t = await getTenant(store, p, c.req.param("id"));
+        requireTenantWrite(p, t.id);
+        if (!(await confirmed(c))) {
+          const inv = (await listInvites(store, p, t.id)).find((i) =>
+            i.id === c.req.param("inviteId")
+          );
+          if (!inv) throw new NotFoundError("Invite");
+          return confirmPage(c, {
+            title: `Revoke the invite for ${inv.email}?`,
+            question: "Its link stops working.",
+            confirmLabel: "Yes, revoke",
+            action: `/tenants/${t.id}/invites/${inv.id}/revoke`,
+            back: `/tenants/${t.id}#members`,
+            active: isPlatform(p) ? "/tenants" : `/tenants/${t.id}`,
+          });
+        }
+        const inv = await revokeInvite(store, p, t.id, c.req.param("inviteId"));
+        return { ok: `Invite for ${inv.email} revoked.` };
+      }),
+  );

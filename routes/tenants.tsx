@@ -14,6 +14,8 @@ import { ServiceError } from "../store/errors.ts";
 import { isPlatform } from "../store/principal.ts";
 import { createTenant, listTenants } from "../store/tenants.ts";
 import type { PortalEnv } from "./_env.ts";
+import { FlashMessages, redirectWithFlash, takeFlash } from "./_flash.tsx";
+import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
 
 /** `/tenants` pages. */
@@ -21,7 +23,7 @@ export const tenantRoutes = new Hono<PortalEnv>()
   .get("/", async (c) => {
     const p = c.get("principal")!;
     if (!isPlatform(p)) return c.redirect(`/tenants/${p.tenantId}`, 303);
-    return await listView(c, {});
+    return await listView(c, await takeFlash(c));
   })
   .post("/", async (c) => {
     const body = await c.req.parseBody();
@@ -30,11 +32,13 @@ export const tenantRoutes = new Hono<PortalEnv>()
         name: str(body.name),
         ...(str(body.slug) ? { slug: str(body.slug) } : {}),
       });
-      return c.redirect(`/tenants/${t.id}?created=1`, 303);
+      return await redirectWithFlash(c, `/tenants/${t.id}`, {
+        ok: `Tenant "${t.name}" created.`,
+      });
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       return await listView(c, {
-        error: err.message,
+        error: portalMessage(err),
         field: err.field,
         name: str(body.name),
         slug: str(body.slug),
@@ -45,7 +49,14 @@ export const tenantRoutes = new Hono<PortalEnv>()
 async function listView(
   // deno-lint-ignore no-explicit-any
   c: any,
-  form: { error?: string; field?: string; name?: string; slug?: string },
+  form: {
+    error?: string;
+    field?: string;
+    name?: string;
+    slug?: string;
+    ok?: string;
+    again?: boolean;
+  },
   status: 200 | 400 | 409 = 200,
 ) {
   const q = (c.req.query("q") ?? "").slice(0, 100);
@@ -68,6 +79,7 @@ async function listView(
       <>
         <h1>Tenants</h1>
         <p class="sub">Client companies served by this cluster.</p>
+        <FlashMessages flash={{ ok: form.ok, again: form.again }} />
         <div class="grid2">
           <Card title="All tenants">
             <form method="get" action="/tenants" class="row" role="search">
@@ -108,7 +120,9 @@ async function listView(
             <Pager next={next} />
           </Card>
           <Card title="New tenant">
-            {form.error && <Alert tone="error">{form.error}</Alert>}
+            {form.error && form.field !== "name" && form.field !== "slug" && (
+              <Alert tone="error">{form.error}</Alert>
+            )}
             <PostForm action="/tenants" csrf={c.get("csrf")}>
               <Field
                 label="Name"

@@ -33,7 +33,7 @@ import {
   listPendingInvites,
   listUserAccounts,
   reissueInvite,
-  revokeInvite,
+  revokeInviteById,
   setUserDisabled,
 } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";
@@ -334,6 +334,16 @@ async function act(c: C, fn: () => Promise<Once>) {
 /** `/users` pages and their form posts. */
 export const userRoutes = new Hono<PortalEnv>()
   .get("/", async (c) => view(c, (await takeOnce<Once>(c, PATH)) ?? {}))
+  // A form's address opened by hand (a reload of an old POST): its page.
+  .get("/invites", (c) => c.redirect(PATH, 303))
+  .get(
+    "/invites/:inviteId/:action{reissue|revoke}",
+    (c) => c.redirect(PATH, 303),
+  )
+  .get(
+    "/:userId/:action{disable|enable|reset-password}",
+    (c) => c.redirect(PATH, 303),
+  )
   .post("/:userId/:action{disable|enable}", (c) =>
     act(c, async () => {
       const disable = c.req.param("action") === "disable";
@@ -404,7 +414,7 @@ export const userRoutes = new Hono<PortalEnv>()
     }))
   .post("/invites/:inviteId/revoke", (c) =>
     act(c, async () => {
-      const inv = await revokeInvite(
+      const inv = await revokeInviteById(
         c.get("deps").store,
         c.get("principal")!,
         c.req.param("inviteId"),

@@ -41,6 +41,16 @@ export const k = {
     ["user_password_reset", userId] as const,
   loginFailures: (scope: "ip" | "account", subject: string, window: string) =>
     ["login_fail", scope, subject, window] as const,
+  /** A portal form's one-time token, claimed by its first post (store/form_once.ts). */
+  formOnce: (scope: string, token: string) =>
+    ["form_once", scope, token] as const,
+  /** A tenant's pending invite (index; the invite is `invite`). */
+  tenantInvite: (tenantId: string, inviteId: string) =>
+    ["tenant_invite", tenantId, inviteId] as const,
+  tenantInvitePrefix: (tenantId: string) =>
+    ["tenant_invite", tenantId] as const,
+  /** The pending invite for an email (a new invite replaces it). */
+  inviteByEmail: (email: string) => ["invite_by_email", email] as const,
 
   // client API keys and admin API tokens
   apiKey: (id: string) => ["api_key", id] as const,

@@ -44,9 +44,11 @@ export const password = z.string({ error: "Password must be a string" })
   .min(12, "Password must be at least 12 characters")
   .max(256, "Password must be at most 256 characters");
 
-const limitValue = z.number({ error: "must be a number or null" }).int(
-  "must be a whole number",
-).min(0, "must be 0 or more").max(1e12, "must be at most 10^12").nullable();
+// the maximum is checked before wholeness: 1e30 is "too large", not "not whole"
+const limitValue = z.number({ error: "must be a number or null" })
+  .min(0, "must be 0 or more")
+  .max(1e12, "is too large: the maximum is 1,000,000,000,000 (10^12)")
+  .int("must be a whole number").nullable();
 
 /** Limits: null (or absent) means unlimited. */
 export const limitsSchema = z.object({

@@ -239,6 +239,17 @@ export async function completeSetup(
   return (await getUserRaw(store, view.id))!;
 }
 
+/** Whether `token` is the pending setup link's (unused, unexpired, no user yet). */
+export async function setupTokenValid(
+  store: Store,
+  token: string,
+): Promise<boolean> {
+  if (!token || token.length > 64 || await hasUsers(store)) return false;
+  const entry = await store.kv.get<{ hash: string }>(k.setupToken());
+  return entry.value !== null &&
+    safeEqual(entry.value.hash, await hmac(store.secrets.pepper, token));
+}
+
 /** Whether first-run setup is pending (a setup token exists and no user does). */
 export async function setupPending(store: Store): Promise<boolean> {
   return !(await hasUsers(store)) &&

@@ -236,7 +236,7 @@ export async function listUserAccounts(
   };
 }
 
-/** An invite as listed (no hash). */
+/** A pending invite as listed (no hash). */
 export type InviteView = Omit<Invite, "hash">;
 
 /**
@@ -266,34 +266,31 @@ export async function listPendingInvites(
   );
 }
 
-/** Reads an invite the principal may manage (404 otherwise; 403 for viewers). */
-async function manageableInvite(
-  store: Store,
-  p: Principal,
-  id: string,
-): Promise<Deno.KvEntry<Invite>> {
-  const e = id.length <= 64 ? await store.kv.get<Invite>(k.invite(id)) : null;
-  if (!e?.value || Date.parse(e.value.expiresAt) <= Date.now()) {
-    throw new NotFoundError("Invite");
-  }
-  if (e.value.tenantId) requireTenantWrite(p, e.value.tenantId, "Invite");
-  else if (!isPlatform(p)) throw new NotFoundError("Invite");
-  return e as Deno.KvEntry<Invite>;
-}
-
-/** Revokes a pending invite: its link stops working at once. */
-export async function revokeInvite(
+/**
+ * Revokes a pending invite by id, whatever its tenant (the user
+ * administration page and API): a tenant's through `revokeInvite`, the
+ * platform's (platform admins only) here. 404 when unknown, used or expired.
+ */
+export async function revokeInviteById(
   store: Store,
   p: Principal,
   id: string,
 ): Promise<InviteView> {
-  const e = await manageableInvite(store, p, id);
-  const { hash: _h, ...shown } = e.value;
-  const op = store.kv.atomic().check(e).delete(k.invite(id));
+  const e = id.length <= 64 ? await store.kv.get<Invite>(k.invite(id)) : null;
+  const inv = e?.value;
+  if (!inv || Date.parse(inv.expiresAt) <= Date.now()) {
+    throw new NotFoundError("Invite");
+  }
+  if (inv.tenantId) return await revokeInvite(store, p, inv.tenantId, id);
+  if (!isPlatform(p)) throw new NotFoundError("Invite");
+  const byEmail = await store.kv.get<string>(k.inviteByEmail(inv.email));
+  const op = store.kv.atomic().check(e!).delete(k.invite(id));
+  if (byEmail.value === id) op.check(byEmail).delete(byEmail.key);
+  const { hash: _h, ...shown } = inv;
   addAudit(op, p, {
-    action: "user.invite_revoke",
-    target: { type: "invite", id, label: shown.email },
-    tenantId: shown.tenantId,
+    action: "invite.revoke",
+    target: { type: "invite", id, label: inv.email },
+    tenantId: null,
     before: shown,
   });
   if (!(await op.commit()).ok) {
@@ -303,28 +300,42 @@ export async function revokeInvite(
 }
 
 /**
- * Resends an invite: revokes its link and creates a new one (valid 7 days
- * again) for the same email, role and tenant; the new link is shown once.
+ * Resends an invite: a new link (valid 7 days again) for the same email,
+ * role and tenant, which replaces the old one (see `createInvite`); the new
+ * link is shown once.
  */
 export async function reissueInvite(
   store: Store,
   p: Principal,
   id: string,
 ): Promise<{ token: string; invite: InviteView }> {
-  const old = await revokeInvite(store, p, id);
-  return await createInvite(store, p, {
-    email: old.email,
-    role: old.role,
-    tenantId: old.tenantId,
+  const e = id.length <= 64 ? await store.kv.get<Invite>(k.invite(id)) : null;
+  const inv = e?.value;
+  if (!inv || Date.parse(inv.expiresAt) <= Date.now()) {
+    throw new NotFoundError("Invite");
+  }
+  if (inv.tenantId) requireTenantWrite(p, inv.tenantId, "Invite");
+  else if (!isPlatform(p)) throw new NotFoundError("Invite");
+  const { token, invite } = await createInvite(store, p, {
+    email: inv.email,
+    role: inv.role,
+    tenantId: inv.tenantId,
   });
+  return { token, invite };
 }
 
-/** Creates a one-time invite; returns the token to put in the link (shown once). */
+/**
+ * Creates a one-time invite; returns the token to put in the link (shown
+ * once). A pending invite for the same email is replaced: its link stops
+ * working (`replaced` says so).
+ */
 export async function createInvite(
   store: Store,
   p: Principal,
   input: unknown,
-): Promise<{ token: string; invite: Omit<Invite, "hash"> }> {
+): Promise<
+  { token: string; invite: InviteView; replaced: InviteView | null }
+> {
   const data = parse(inviteSchema, input);
   if (data.role === "platform_admin") {
     requirePlatform(p);
@@ -347,6 +358,18 @@ export async function createInvite(
       "email",
     );
   }
+  const byEmail = await store.kv.get<string>(k.inviteByEmail(data.email));
+  const previous = byEmail.value
+    ? await store.kv.get<Invite>(k.invite(byEmail.value))
+    : null;
+  const old = previous?.value ?? null;
+  if (old && old.tenantId !== data.tenantId && !isPlatform(p)) {
+    // another tenant's (or the platform's) pending invite is not ours to replace
+    throw new ConflictError(
+      `${data.email} has a pending invite elsewhere`,
+      "email",
+    );
+  }
   const id = newId();
   const secret = randomBase62(32);
   const invite: Invite = {
@@ -359,17 +382,90 @@ export async function createInvite(
     createdBy: p.id,
   };
   const { hash: _h, ...shown } = invite;
-  const op = store.kv.atomic().set(k.invite(id), invite, {
-    expireIn: INVITE_TTL_MS,
-  });
+  const op = store.kv.atomic().check(byEmail)
+    .set(k.invite(id), invite, { expireIn: INVITE_TTL_MS })
+    .set(k.inviteByEmail(invite.email), id, { expireIn: INVITE_TTL_MS });
+  if (invite.tenantId) {
+    op.set(k.tenantInvite(invite.tenantId, id), id, {
+      expireIn: INVITE_TTL_MS,
+    });
+  }
+  let replaced: InviteView | null = null;
+  if (old && previous) {
+    op.check(previous).delete(k.invite(old.id));
+    if (old.tenantId) op.delete(k.tenantInvite(old.tenantId, old.id));
+    const { hash: _oh, ...oldShown } = old;
+    if (Date.parse(old.expiresAt) > Date.now()) replaced = oldShown;
+  }
   addAudit(op, p, {
     action: "user.invite",
     target: { type: "invite", id, label: data.email },
     tenantId: data.tenantId,
+    ...(replaced ? { before: replaced } : {}),
     after: shown,
   });
-  await op.commit();
-  return { token: `${id}.${secret}`, invite: shown };
+  if (!(await op.commit()).ok) {
+    throw new ConflictError(
+      `An invite for ${data.email} was just made; try again`,
+      "email",
+    );
+  }
+  return { token: `${id}.${secret}`, invite: shown, replaced };
+}
+
+/** A tenant's pending (unused, unexpired) invites, oldest first. */
+export async function listInvites(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+): Promise<InviteView[]> {
+  requireTenantRead(p, tenantId);
+  const out: InviteView[] = [];
+  const now = Date.now();
+  for await (
+    const e of store.kv.list<string>({
+      prefix: k.tenantInvitePrefix(tenantId),
+    }, { limit: 200 })
+  ) {
+    const inv = (await store.kv.get<Invite>(k.invite(e.value))).value;
+    if (!inv || inv.tenantId !== tenantId) continue;
+    if (Date.parse(inv.expiresAt) <= now) continue;
+    const { hash: _h, ...shown } = inv;
+    out.push(shown);
+  }
+  return out;
+}
+
+/** Revokes a tenant's pending invite: its link stops working. */
+export async function revokeInvite(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+  inviteId: string,
+): Promise<InviteView> {
+  requireTenantWrite(p, tenantId);
+  if (p.role !== "platform_admin" && p.role !== "tenant_admin") {
+    throw new NotFoundError("Invite");
+  }
+  const entry = await store.kv.get<Invite>(k.invite(inviteId.slice(0, 64)));
+  const inv = entry.value;
+  if (!inv || inv.tenantId !== tenantId) throw new NotFoundError("Invite");
+  const byEmail = await store.kv.get<string>(k.inviteByEmail(inv.email));
+  const op = store.kv.atomic().check(entry)
+    .delete(k.invite(inv.id))
+    .delete(k.tenantInvite(tenantId, inv.id));
+  if (byEmail.value === inv.id) op.check(byEmail).delete(byEmail.key);
+  const { hash: _h, ...shown } = inv;
+  addAudit(op, p, {
+    action: "invite.revoke",
+    target: { type: "invite", id: inv.id, label: inv.email },
+    tenantId,
+    before: shown,
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("The invite changed meanwhile; try again");
+  }
+  return shown;
 }
 
 /** Looks up a valid invite by its token (null if unknown, used or expired). */
@@ -406,11 +502,14 @@ export async function acceptInvite(
     createdAt: new Date().toISOString(),
   };
   const inviteEntry = await store.kv.get(k.invite(inv.id));
+  const byEmail = await store.kv.get<string>(k.inviteByEmail(inv.email));
   const op = store.kv.atomic().check(inviteEntry)
     .check({ key: k.userByEmail(user.email), versionstamp: null })
     .delete(k.invite(inv.id))
     .set(k.user(user.id), user)
     .set(k.userByEmail(user.email), user.id);
+  if (inv.tenantId) op.delete(k.tenantInvite(inv.tenantId, inv.id));
+  if (byEmail.value === inv.id) op.check(byEmail).delete(byEmail.key);
   if (user.tenantId) op.set(k.tenantUser(user.tenantId, user.id), user.id);
   addAudit(op, {
     kind: "user",

@@ -19,6 +19,7 @@ log.reload();
 export const TEST_ISLANDS: IslandManifest = {
   CopyButton: "/static/build/CopyButton-test.js",
   ConfirmSubmit: "/static/build/ConfirmSubmit-test.js",
+  FormGuard: "/static/build/FormGuard-test.js",
   UsageChart: "/static/build/UsageChart-test.js",
   NodesLive: "/static/build/NodesLive-test.js",
   MeshRunner: "/static/build/MeshRunner-test.js",

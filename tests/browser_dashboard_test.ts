@@ -284,7 +284,9 @@ Deno.test({
       const state = `[data-node="${a}"] [data-field=state]`;
       assert.equal((await page.textContent(state))?.trim(), "healthy");
       await page.click(`[data-node="${a}"] button[data-action=drain]`);
-      await page.waitForURL(/\/nodes\?done=drain/);
+      await page.click(`[data-node="${a}"] button:has-text('Yes, drain')`);
+      await page.waitForSelector("text=Node is draining");
+      assert.match(page.url(), /\/nodes#nodes$/);
       await page.waitForSelector(`${state}:has-text('drained')`, {
         timeout: 10_000,
       });

@@ -70,9 +70,10 @@ Deno.test({
       // Create a tenant.
       await page.fill("#f-name", "Acme Robotics");
       await page.click("text=Create tenant");
-      await page.waitForURL(/\/tenants\/[0-9a-z]+\?created=1/);
-      const tenantUrl = page.url().split("?")[0]!;
+      await page.waitForURL(/\/tenants\/[0-9a-z]{26}$/);
+      const tenantUrl = page.url().split(/[?#]/)[0]!;
       assert.ok(await page.isVisible("h1:has-text('Acme Robotics')"));
+      assert.ok(await page.isVisible('text=Tenant "Acme Robotics" created.'));
 
       // Create a key: shown once, with a working copy button (an island).
       await page.fill(
@@ -80,6 +81,7 @@ Deno.test({
         "production app",
       );
       await page.click("text=Create key");
+      await page.waitForURL(`${tenantUrl}#keys`);
       const keyText = (await page.textContent("[data-testid=new-key]"))!.trim();
       assert.match(keyText, /^orch_[0-9a-z]{26}_[0-9A-Za-z]{38}$/);
       await page.click("[data-testid=copy]");
@@ -88,6 +90,11 @@ Deno.test({
         path: `${ARTIFACTS}portal-key-created.png`,
         fullPage: true,
       });
+      // a reload shows it no more, and creates nothing
+      await page.reload();
+      assert.equal(await page.isVisible("[data-testid=new-key]"), false);
+      assert.equal((await page.content()).includes(keyText), false);
+      assert.equal(await page.locator("tr[data-key-id]").count(), 1);
       await page.goto(tenantUrl);
       assert.equal(await page.isVisible("[data-testid=new-key]"), false);
       assert.equal((await page.content()).includes(keyText), false);
@@ -107,7 +114,9 @@ Deno.test({
         )
       );
       await page.click("text=Save limits");
-      assert.ok(await page.isVisible("text=rpm: must be 0 or more"));
+      assert.ok(
+        await page.isVisible("text=Requests / minute must be 0 or more"),
+      );
       await page.fill("#f-rpm", "120");
       await page.fill("#f-tokensPerDay", "2000000");
       await page.click("text=Save limits");

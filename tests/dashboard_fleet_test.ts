@@ -81,13 +81,27 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
       [[a.id, "healthy", 12.5], [b.id, "healthy", 12.5]].sort(),
     );
 
-    const drained = await post(`/nodes/${a.id}/drain`);
+    // without the confirmation it only asks
+    const asked = await post(`/nodes/${a.id}/drain`);
+    assert.equal(asked.status, 200);
+    assert.match(await asked.text(), /Yes, drain/);
+    const drained = await post(`/nodes/${a.id}/drain`, { confirm: "1" });
     assert.equal(drained.status, 303);
-    assert.equal(drained.headers.get("location"), "/nodes?done=drain");
-    const after = await (await get("/nodes?done=drain")).text();
+    assert.equal(drained.headers.get("location"), "/nodes#nodes");
+    // the page shows the one-time flash the redirect left in a cookie
+    const flashed = (res: Response, path: string) =>
+      w.app.request(path, {
+        headers: {
+          cookie: [
+            cookie,
+            ...res.headers.getSetCookie().map((c) => c.split(";")[0]!),
+          ].join("; "),
+        },
+      });
+    const after = await (await flashed(drained, "/nodes")).text();
     assert.match(after, /Node is draining/);
     assert.match(after, /data-action="undrain"/);
-    const missing = await post(`/nodes/nope/drain`);
+    const missing = await post(`/nodes/nope/drain`, { confirm: "1" });
     assert.equal(missing.status, 404);
     const noCsrf = await w.app.request(`/nodes/${b.id}/remove`, {
       method: "POST",
@@ -102,12 +116,16 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
       uses: "2",
       ttlMinutes: "30",
     });
-    const jt = await joined.text();
+    assert.equal(joined.status, 303);
+    assert.equal(joined.headers.get("location"), "/nodes#join");
+    assert.equal(joined.headers.get("cache-control"), "no-store");
+    const joinPage = await flashed(joined, "/nodes");
+    assert.equal(joinPage.headers.get("cache-control"), "no-store");
+    const jt = await joinPage.text();
     assert.match(
       jt,
       /deno task node --gateway http:\/\/localhost:8000 --join [0-9a-z]+\.[0-9A-Za-z]+/,
     );
-    assert.equal(joined.headers.get("cache-control"), "no-store");
     const badJoin = await post("/nodes/join-tokens", { ttlMinutes: "9999" });
     assert.equal(badJoin.status, 400);
     assert.match(await badJoin.text(), /Valid for: must be 1 to 1440 minutes/);

@@ -326,8 +326,17 @@ Deno.test("pricing settings: validated, audited, platform admins only, portal fo
     assert.match(html, /value="abc"/);
     form.set("prompt_0", "0.2");
     const ok = await post(form);
-    assert.equal(ok.status, 200);
-    assert.match(await ok.text(), /Settings saved/);
+    assert.equal(ok.status, 303);
+    assert.equal(ok.headers.get("location"), "/settings");
+    const savedPage = await w.app.request("/settings", {
+      headers: {
+        cookie: [
+          admin.cookie,
+          ...ok.headers.getSetCookie().map((c) => c.split(";")[0]!),
+        ].join("; "),
+      },
+    });
+    assert.match(await savedPage.text(), /Settings saved/);
     assert.equal((await getPricing(w.store)).currency, "CHF");
     const viewer = await portalLogin(w, "a-viewer@example.com");
     const denied = await w.app.request("/settings", {

@@ -18,7 +18,7 @@ import { findTenant } from "../../store/tenants.ts";
 import {
   listPendingInvites,
   listUserAccounts,
-  revokeInvite,
+  revokeInviteById,
   setUserDisabled,
 } from "../../store/users.ts";
 import type { AdminEnv } from "../_env.ts";
@@ -129,7 +129,7 @@ export function createAccountsAdminApi(): Hono<AdminEnv> {
     "/invites/:inviteId",
     async (c) =>
       c.json(
-        await revokeInvite(
+        await revokeInviteById(
           store(c),
           c.get("principal"),
           c.req.param("inviteId"),
