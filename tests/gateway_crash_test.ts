@@ -383,16 +383,21 @@ Deno.test("after a SIGKILL under load with leases active, the counters and every
         `usage ${metered} requests / ${meteredTokens} tokens, answered ${got.answered} / ${got.received}`,
       );
     }
+    // No journal file is left: the killed gateway's was replayed and
+    // deleted, the restarted one's deleted at its clean stop (an empty
+    // directory may stay if that stop ran out of time: it holds nothing).
+    const left: string[] = [];
+    const walk = (dir: string) => {
+      for (const e of Deno.readDirSync(dir)) {
+        if (e.isDirectory) walk(join(dir, e.name));
+        else left.push(join(dir, e.name));
+      }
+    };
+    walk(join(w.dir, "data", "usage-journal"));
     assert.deepEqual(
-      [...Deno.readDirSync(join(w.dir, "data", "usage-journal"))].map((e) =>
-        [
-          e.name,
-          ...[...Deno.readDirSync(join(w.dir, "data", "usage-journal", e.name))]
-            .map((f) => f.name),
-        ].join("/")
-      ),
+      left,
       [],
-      "the replayed journal and the clean stop's leave nothing",
+      "the replayed journal and the clean stop's leave no file",
     );
   } finally {
     store.kv.close();
