@@ -21,6 +21,7 @@ import {
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
 import NodesLive from "../islands/NodesLive.tsx";
+import { joinCommand } from "../fleet/join_command.ts";
 import { ServiceError } from "../store/errors.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
 import {
@@ -69,6 +70,12 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
         <strong>{n.name}</strong>
         <div class="muted mono">{n.id}</div>
         <div class="muted mono">{n.url}</div>
+        {n.reachable === false && (
+          <div data-field="reachability">
+            <Badge tone="danger">unreachable</Badge>{" "}
+            <span class="muted">{n.reachability?.error}</span>
+          </div>
+        )}
       </td>
       <td>
         <span class={`badge ${TONE[n.state]}`} data-field="state">
@@ -154,8 +161,13 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
 
 async function view(
   c: C,
-  flash: { ok?: string; error?: string; command?: string; expires?: string } =
-    {},
+  flash: {
+    ok?: string;
+    error?: string;
+    command?: string;
+    warning?: string;
+    expires?: string;
+  } = {},
 ) {
   const p = c.get("principal")!;
   const nodes = await listNodes(c.get("deps").store, p);
@@ -207,9 +219,12 @@ async function view(
           {flash.command && (
             <>
               <Alert tone="warn">
-                Run this on the new Mac. The token is shown only once and
-                expires {fmtTime(flash.expires)}.
+                Run this on the new Mac, in a copy of Orchard with Deno
+                installed (README, Nodes). It joins, then installs the node as a
+                service. The token is shown only once and expires{" "}
+                {fmtTime(flash.expires)}.
               </Alert>
+              {flash.warning && <Alert tone="warn">{flash.warning}</Alert>}
               <div class="row" style="align-items:center;margin-bottom:14px">
                 <code
                   class="cmd"
@@ -316,11 +331,15 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
           { uses, ttlSeconds: Math.round(minutes * 60) },
         );
         c.header("cache-control", "no-store");
+        const join = joinCommand(
+          c.get("deps").config.publicUrl,
+          token,
+          c.req.url,
+        );
         return await view(c, {
           ok: "Join token created.",
-          command: `deno task node --gateway ${
-            c.get("deps").config.publicUrl
-          } --join ${token}`,
+          command: join.command,
+          warning: join.warning,
           expires: joinToken.expiresAt,
         });
       } catch (err) {
