@@ -11,6 +11,7 @@ import { createLinkTests } from "./fleet/link_tests.ts";
 import { createNodeFacingApi } from "./fleet/node_api.ts";
 import { NODE_API_PATH } from "./fleet/protocol.ts";
 import { createFleet, type FleetRegistry } from "./fleet/registry.ts";
+import { createReachability } from "./fleet/reachability.ts";
 import {
   createGateway,
   type Gateway,
@@ -51,6 +52,7 @@ export interface OrchardOptions {
 export function createOrchard(opts: OrchardOptions): Orchard {
   const { store, config } = opts;
   const fleet = createFleet({ store, refreshMs: opts.fleetRefreshMs });
+  const reachability = createReachability({ store });
   const gateway = createGateway({ store, config, fleet }, opts.gateway);
   // One link-test runner, so the API and the mesh page share its progress.
   const links = createLinkTests({ store, fleet });
@@ -59,7 +61,7 @@ export function createOrchard(opts: OrchardOptions): Orchard {
     gateway: gateway.app,
     parts: [{
       path: NODE_API_PATH,
-      app: createNodeFacingApi({ store, config }),
+      app: createNodeFacingApi({ store, config, reachability }),
     }],
     adminParts: [
       createNodesAdminApi({ store, fleet, config, links }),
@@ -79,6 +81,7 @@ export function createOrchard(opts: OrchardOptions): Orchard {
     gateway,
     close: async () => {
       await fleet.close();
+      await reachability.close();
       await gateway.close();
     },
   };

@@ -459,12 +459,12 @@ export async function main(args: string[]): Promise<number> {
       out(
         t,
         () =>
-          `Join token (shown once): ${t.token}\n\nOn the new Mac run:\n\n  ${
+          `Join token (shown once): ${t.token}\n\nOn the new Mac, in a checkout of Orchard, run:\n\n  ${
             t.command ??
-              `deno task node --gateway ${
+              `deno task node join --gateway ${
                 Deno.env.get("ORCHARD_URL") ?? "http://localhost:8000"
-              } --join ${t.token}`
-          }\n`,
+              } --join ${t.token} && deno task node service install`
+          }\n${t.warning ? `\n${t.warning}\n` : ""}`,
       );
       return 0;
     }

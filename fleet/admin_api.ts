@@ -19,6 +19,7 @@ import {
 import { requirePlatform } from "../store/principal.ts";
 import type { Store } from "../store/store.ts";
 import { readJsonBody } from "../routes/api/_json.ts";
+import { joinCommand } from "./join_command.ts";
 import { createLinkTests, type LinkTests } from "./link_tests.ts";
 import type { Fleet } from "./types.ts";
 
@@ -56,11 +57,11 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
       await readJsonBody(c, MAX_BODY),
     );
     c.header("cache-control", "no-store");
+    // `command`: enroll, then run as a service (fleet/join_command.ts).
     return c.json({
       ...joinToken,
       token,
-      command:
-        `deno task node --gateway ${deps.config.publicUrl} --join ${token}`,
+      ...joinCommand(deps.config.publicUrl, token, c.req.url),
     }, 201);
   });
   api.get("/join-tokens", async (c) =>

@@ -1,6 +1,8 @@
 /**
  * The node-facing API (`/api/node/v1`): enrollment with a join token, and
  * heartbeats authenticated by an EdDSA JWT signed with the node's own key.
+ * Both start a check that the gateway reaches the node at its advertised
+ * URL when one is due; the heartbeat answer carries the last result.
  */
 import { Hono } from "hono";
 import type { Config } from "../config.ts";
@@ -22,11 +24,14 @@ import {
   type HeartbeatResponse,
   NODE_JWT_MAX_AGE,
 } from "./protocol.ts";
+import type { ReachabilityChecker } from "./reachability.ts";
 
 /** What the node-facing API is built from. */
 export interface NodeApiDeps {
   store: Store;
   config: Pick<Config, "allowPrivateNodeUrls">;
+  /** Checks that nodes are reachable at their URLs (absent: no checks). */
+  reachability?: ReachabilityChecker | null;
 }
 
 const MAX_BODY = 256 * 1024;
@@ -69,6 +74,7 @@ export function createNodeFacingApi(deps: NodeApiDeps): Hono {
     const ip = (c.env as { remoteAddr?: Deno.NetAddr } | undefined)
       ?.remoteAddr?.hostname ?? null;
     const node = await enrollNode(store, input, ip);
+    deps.reachability?.observe(node.id, node.url);
     const body: EnrollResponse = {
       nodeId: node.id,
       name: node.name,
@@ -84,7 +90,11 @@ export function createNodeFacingApi(deps: NodeApiDeps): Hono {
     if (typeof body.url === "string") {
       body.url = validateNodeUrl(body.url, config.allowPrivateNodeUrls);
     }
-    const res: HeartbeatResponse = await recordHeartbeat(store, nodeId, body);
+    const { drain, url } = await recordHeartbeat(store, nodeId, body);
+    const reachability = deps.reachability?.observe(nodeId, url);
+    const res: HeartbeatResponse = reachability
+      ? { drain, reachability }
+      : { drain };
     return c.json(res);
   });
   return api;

@@ -47,7 +47,23 @@ export interface HeartbeatRequest extends EngineStats {
   url?: string;
 }
 
+/**
+ * Whether the gateway reaches a node at the URL it advertises: a
+ * gateway-signed `GET {url}/health`, at enrollment, on the first heartbeat,
+ * then every few minutes (fleet/reachability.ts).
+ */
+export interface Reachability {
+  /** The URL checked. */
+  url: string;
+  ok: boolean;
+  /** Why it is not reachable (absent when ok). */
+  error?: string;
+  checkedAt: string;
+}
+
 /** `POST /heartbeat` response. */
 export interface HeartbeatResponse {
   drain: boolean;
+  /** The gateway's last check of the node's current URL (absent until one ended). */
+  reachability?: Reachability;
 }

@@ -28,6 +28,19 @@ function file(dir: string): string {
   return `${dir.replace(/\/+$/, "")}/identity.json`;
 }
 
+/** Reads the identity in `dir` without creating one; null when there is none. */
+export async function readIdentity(dir: string): Promise<NodeIdentity | null> {
+  try {
+    const raw = JSON.parse(await Deno.readTextFile(file(dir)));
+    return { enrollment: null, ...raw } as NodeIdentity;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return null;
+    throw new Error(`Cannot read node identity in ${file(dir)}`, {
+      cause: err,
+    });
+  }
+}
+
 /** Loads the identity from `dir`, creating a fresh key pair on first use. */
 export async function loadIdentity(dir: string): Promise<NodeIdentity> {
   try {

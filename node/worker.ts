@@ -10,12 +10,15 @@ import {
   type EnrollRequest,
   type EnrollResponse,
   type HeartbeatRequest,
+  type HeartbeatResponse,
   NODE_API_PATH,
+  type Reachability,
 } from "../fleet/protocol.ts";
 import { createGatewayVerifier } from "./auth.ts";
 import type { Engine } from "./engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
 import { defaultTokenizerSearch } from "./engines/tokens.ts";
+import { DEFAULT_PORT } from "./flags.ts";
 import { sendHeartbeat, startHeartbeat } from "./heartbeat.ts";
 import {
   defaultStateDir,
@@ -47,7 +50,10 @@ export interface NodeWorkerOptions {
    * report.
    */
   tokenizerDirs?: string[];
-  /** Port to listen on (default 8100; 0 picks a free one). */
+  /**
+   * Port to listen on; 0 picks a free one. Default: 8100, or when that is
+   * taken the next free one up to 8109, else any free port.
+   */
   port?: number;
   /** Address to listen on (default 0.0.0.0). */
   host?: string;
@@ -72,6 +78,27 @@ export interface NodeWorkerOptions {
    * or unknown to it), after the worker has stopped. Default: nothing more.
    */
   onRemoved?: (message: string) => void;
+  /**
+   * Called with each heartbeat answer's reachability: whether the gateway
+   * reaches this node at the URL it advertises (fleet/reachability.ts),
+   * and the port this node listens on.
+   */
+  onReachability?: (r: Reachability, port: number) => void;
+}
+
+/**
+ * Thrown by `startNodeWorker` when the node cannot run without a person:
+ * it is not enrolled with the gateway (never was, or the gateway removed
+ * it) and no join token was given. Restarting does not help.
+ */
+export class NotEnrolledError extends Error {
+  /** True when it was enrolled and the gateway no longer knows it. */
+  readonly removed: boolean;
+  constructor(message: string, removed: boolean) {
+    super(message);
+    this.name = "NotEnrolledError";
+    this.removed = removed;
+  }
 }
 
 /** A running node worker. */
@@ -79,6 +106,10 @@ export interface NodeWorker {
   nodeId: string;
   /** The URL the gateway calls. */
   url: string;
+  /** The port it listens on. */
+  port: number;
+  /** Default ports found taken before `port` (empty with an explicit port). */
+  skippedPorts: number[];
   /** Stops heartbeats, the server and the engine; idempotent. */
   close(): Promise<void>;
 }
@@ -188,21 +219,13 @@ export async function startNodeWorker(
   // Serve first (enrollment needs the port); until enrolled, answer 503.
   let handler: (req: Request) => Response | Promise<Response> = () =>
     new Response("starting", { status: 503 });
-  const port = opts.port ?? 8100;
   const hostname = opts.host ?? "0.0.0.0";
   let server: Deno.HttpServer<Deno.NetAddr>;
+  const skippedPorts: number[] = [];
   try {
-    server = Deno.serve(
-      { port, hostname, onListen: () => {} },
-      (req) => handler(req),
-    );
+    server = listen(opts.port, hostname, (req) => handler(req), skippedPorts);
   } catch (err) {
-    if (err instanceof Deno.errors.AddrInUse) {
-      throw new Error(
-        `Cannot start the node: port ${port} on ${hostname} is already in use by another program; choose another with --port (ORCHARD_NODE_PORT), or --port 0 for any free port`,
-        { cause: err },
-      );
-    }
+    await engine.close();
     throw err;
   }
   let heartbeat: ReturnType<typeof startHeartbeat> | null = null;
@@ -229,9 +252,15 @@ export async function startNodeWorker(
       ...(withProbe ? { probe: await collectProbe() } : {}),
     });
 
+    const reached = (r: HeartbeatResponse | null) => {
+      if (r?.reachability) {
+        opts.onReachability?.(r.reachability, server.addr.port);
+      }
+    };
     let enrollment = identity.enrollment?.gatewayUrl === gatewayUrl
       ? identity.enrollment
       : null;
+    let removed = false;
     if (enrollment) {
       // Check the gateway still knows us (it may have removed the node).
       const res = await sendHeartbeat(
@@ -243,14 +272,18 @@ export async function startNodeWorker(
           nodeId: enrollment.nodeId,
         });
         enrollment = null;
+        removed = true;
       } else if (res.status !== 200) {
         throw new Error(`Cannot reach ${gatewayUrl}: status ${res.status}`);
-      }
+      } else reached(res.body as HeartbeatResponse | null);
     }
     if (!enrollment) {
       if (!opts.joinToken) {
-        throw new Error(
-          `Cannot start the node: it is not enrolled with ${gatewayUrl}; pass --join TOKEN (ORCHARD_JOIN_TOKEN)`,
+        throw new NotEnrolledError(
+          removed
+            ? `Cannot start the node: ${gatewayUrl} removed it (or no longer knows it); it needs a new join token: pass --join TOKEN (ORCHARD_JOIN_TOKEN)`
+            : `Cannot start the node: it is not enrolled with ${gatewayUrl}; pass --join TOKEN (ORCHARD_JOIN_TOKEN)`,
+          removed,
         );
       }
       const got = await enroll(gatewayUrl, opts.joinToken, {
@@ -293,7 +326,10 @@ export async function startNodeWorker(
       privateKey,
       intervalMs: heartbeatMs,
       collect,
-      onResponse: (r) => drain.set(r?.drain === true),
+      onResponse: (r) => {
+        drain.set(r?.drain === true);
+        reached(r);
+      },
       // removed (or unknown): stop at once rather than knock every beat
       onRejected: (_s, msg) => {
         if (closed) return;
@@ -301,9 +337,52 @@ export async function startNodeWorker(
         void close().then(() => opts.onRemoved?.(msg));
       },
     });
-    return { nodeId, url, close };
+    return { nodeId, url, port: server.addr.port, skippedPorts, close };
   } catch (err) {
     await close();
+    throw err;
+  }
+}
+
+/**
+ * Serves on `port`, or with none given on the first free default port
+ * (8100…8109, then any); records the taken defaults in `skipped`. An
+ * explicit port in use, or not allowed, is an error naming it.
+ */
+function listen(
+  port: number | undefined,
+  hostname: string,
+  handler: (req: Request) => Response | Promise<Response>,
+  skipped: number[],
+): Deno.HttpServer<Deno.NetAddr> {
+  const serve = (p: number) =>
+    Deno.serve({ port: p, hostname, onListen: () => {} }, handler);
+  if (port === undefined) {
+    for (let p = DEFAULT_PORT; p < DEFAULT_PORT + 10; p++) {
+      try {
+        return serve(p);
+      } catch (err) {
+        if (!(err instanceof Deno.errors.AddrInUse)) throw err;
+        skipped.push(p);
+      }
+    }
+    return serve(0);
+  }
+  try {
+    return serve(port);
+  } catch (err) {
+    if (err instanceof Deno.errors.AddrInUse) {
+      throw new Error(
+        `Cannot start the node: port ${port} on ${hostname} is already in use by another program; choose another with --port (ORCHARD_NODE_PORT), or leave --port out to take a free one`,
+        { cause: err },
+      );
+    }
+    if (err instanceof Deno.errors.PermissionDenied) {
+      throw new Error(
+        `Cannot start the node: listening on port ${port} on ${hostname} is not allowed (ports below 1024 need privileges); choose another with --port (ORCHARD_NODE_PORT)`,
+        { cause: err },
+      );
+    }
     throw err;
   }
 }

@@ -21,6 +21,7 @@ import {
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
 import NodesLive from "../islands/NodesLive.tsx";
+import { joinCommand } from "../fleet/join_command.ts";
 import { NotFoundError, ServiceError } from "../store/errors.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
 import {
@@ -77,6 +78,12 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
         <strong>{n.name}</strong>
         <div class="muted mono">{n.id}</div>
         <div class="muted mono">{n.url}</div>
+        {n.reachable === false && (
+          <div data-field="reachability">
+            <Badge tone="danger">unreachable</Badge>{" "}
+            <span class="muted">{n.reachability?.error}</span>
+          </div>
+        )}
       </td>
       <td>
         <span class={`badge ${TONE[n.state]}`} data-field="state">
@@ -228,9 +235,12 @@ async function view(
           {flash.command && (
             <>
               <Alert tone="warn">
-                Run this on the new Mac. The token is shown only once and
-                expires {fmtTime(flash.expires)}.
+                Run this on the new Mac, in a copy of Orchard with Deno
+                installed (README, Nodes). It joins, then installs the node as a
+                service. The token is shown only once and expires{" "}
+                {fmtTime(flash.expires)}.
               </Alert>
+              {flash.warn && <Alert tone="warn">{flash.warn}</Alert>}
               <div class="row" style="align-items:center;margin-bottom:14px">
                 <code
                   class="cmd"
@@ -366,12 +376,16 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
           c.get("principal")!,
           { uses, ttlSeconds: Math.round(minutes * 60) },
         );
+        const join = joinCommand(
+          c.get("deps").config.publicUrl,
+          token,
+          c.req.url,
+        );
         return await redirectWithFlash(c, "/nodes#join", {
           section: "join",
           ok: "Join token created.",
-          command: `deno task node --gateway ${
-            c.get("deps").config.publicUrl
-          } --join ${token}`,
+          command: join.command,
+          warn: join.warning,
           expires: joinToken.expiresAt,
         });
       } catch (err) {

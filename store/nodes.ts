@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { jwkThumbprint } from "../lib/jwt.ts";
+import type { Reachability } from "../fleet/protocol.ts";
 import type { EngineModel, EngineStats } from "../node/engine.ts";
 import { addAudit } from "./audit.ts";
 import {
@@ -197,14 +198,14 @@ export async function getNodeRecord(
 
 /**
  * Stores a heartbeat (and a changed URL, validated by the caller) and
- * returns whether the node should drain. Throws 401 when the node no
- * longer exists (it was removed).
+ * returns whether the node should drain, and its URL now. Throws 401 when
+ * the node no longer exists (it was removed).
  */
 export async function recordHeartbeat(
   store: Store,
   nodeId: string,
   input: unknown,
-): Promise<{ drain: boolean }> {
+): Promise<{ drain: boolean; url: string }> {
   const hb = parse(heartbeatSchema, input);
   const status: NodeStatus = {
     at: new Date().toISOString(),
@@ -229,10 +230,11 @@ export async function recordHeartbeat(
     if (!entry.value) throw new UnauthorizedError("Node is not enrolled");
     const op = store.kv.atomic().check(entry).set(k.nodeStatus(nodeId), status);
     if (hb.probe) op.set(k.nodeProbe(nodeId), hb.probe);
-    if (hb.url && hb.url !== entry.value.url) {
-      op.set(k.node(nodeId), { ...entry.value, url: hb.url });
+    const url = hb.url ?? entry.value.url;
+    if (url !== entry.value.url) {
+      op.set(k.node(nodeId), { ...entry.value, url });
     }
-    if ((await op.commit()).ok) return { drain: entry.value.drain };
+    if ((await op.commit()).ok) return { drain: entry.value.drain, url };
   }
   throw new ConflictError("Node changed concurrently; try again");
 }
@@ -243,6 +245,13 @@ export interface NodeDetail extends Omit<NodeRecord, "publicJwk"> {
   online: boolean;
   status: NodeStatus | null;
   probe: Record<string, unknown> | null;
+  /**
+   * Whether the gateway reached the node at its URL when it last checked
+   * (null: not checked yet, or the URL changed since).
+   */
+  reachable: boolean | null;
+  /** That check: the URL, when, and why it failed. */
+  reachability: Reachability | null;
 }
 
 /** Missed heartbeats after which a node is unhealthy. */
@@ -283,16 +292,19 @@ async function detail(
   node: NodeRecord,
   now: number,
 ): Promise<NodeDetail> {
-  const [s, probe] = await store.kv.getMany<
-    [NodeStatus, Record<string, unknown>]
-  >([k.nodeStatus(node.id), k.nodeProbe(node.id)]);
+  const [s, probe, reach] = await store.kv.getMany<
+    [NodeStatus, Record<string, unknown>, Reachability]
+  >([k.nodeStatus(node.id), k.nodeProbe(node.id), k.nodeReach(node.id)]);
   const { publicJwk: _j, ...rest } = node;
+  const reachability = reach.value?.url === node.url ? reach.value : null;
   return {
     ...rest,
     state: nodeState(node, s.value, now),
     online: isOnline(s.value, now),
     status: s.value,
     probe: probe.value,
+    reachable: reachability?.ok ?? null,
+    reachability,
   };
 }
 
@@ -400,7 +412,7 @@ export async function removeNode(
   const node = entry.value;
   const op = store.kv.atomic().check(entry)
     .delete(k.node(id)).delete(k.nodeStatus(id)).delete(k.nodeProbe(id))
-    .delete(k.nodeByKey(node.keyThumbprint));
+    .delete(k.nodeReach(id)).delete(k.nodeByKey(node.keyThumbprint));
   const { publicJwk: _j, ...before } = node;
   addAudit(op, p, {
     action: "node.remove",

@@ -93,9 +93,15 @@ Deno.test("enrollNode() consumes the token with the node; a key enrolls once; he
     models: [{ id: "m", loaded: true, kind: "chat" }],
     drainState: "none",
   };
-  assert.deepEqual(await recordHeartbeat(store, node.id, hb), { drain: false });
+  assert.deepEqual(await recordHeartbeat(store, node.id, hb), {
+    drain: false,
+    url: node.url,
+  });
   await setNodeDrain(store, SYSTEM, node.id, true);
-  assert.deepEqual(await recordHeartbeat(store, node.id, hb), { drain: true });
+  assert.deepEqual(await recordHeartbeat(store, node.id, hb), {
+    drain: true,
+    url: node.url,
+  });
   await assert.rejects(
     () => recordHeartbeat(store, "missing", hb),
     UnauthorizedError,

@@ -8,6 +8,7 @@ import { testConfig } from "../config.ts";
 import { createNodesAdminApi } from "../fleet/admin_api.ts";
 import { createNodeFacingApi } from "../fleet/node_api.ts";
 import { createFleet, type FleetRegistry } from "../fleet/registry.ts";
+import { createReachability } from "../fleet/reachability.ts";
 import type { AdminEnv } from "../routes/_env.ts";
 import { errorBody } from "../routes/api/_json.ts";
 import { ServiceError } from "../store/errors.ts";
@@ -52,13 +53,18 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
-/** Starts a gateway on 127.0.0.1 with a random port. */
+/**
+ * Starts a gateway on 127.0.0.1 with a random port. Its public URL (in
+ * join commands) is "http://gw", or its own URL with `ownPublicUrl`.
+ */
 export async function startGateway(
-  opts: { allowPrivateNodeUrls?: boolean } = {},
+  opts: { allowPrivateNodeUrls?: boolean; ownPublicUrl?: boolean } = {},
 ): Promise<TestGateway> {
   const kv = await Deno.openKv(":memory:");
   const store = await createStore(kv);
   const fleet = createFleet({ store, refreshMs: 25 });
+  const reachability = createReachability({ store, retryMs: 500 });
+  const publicConfig = { publicUrl: "http://gw" };
   const app = new Hono();
   let url = "";
   const config = testConfig({
@@ -71,10 +77,13 @@ export async function startGateway(
   });
   admin.route(
     "/",
-    createNodesAdminApi({ store, fleet, config: { publicUrl: "http://gw" } }),
+    createNodesAdminApi({ store, fleet, config: publicConfig }),
   );
   app.route("/api/admin/v1", admin as unknown as Hono);
-  app.route("/api/node/v1", createNodeFacingApi({ store, config }));
+  app.route(
+    "/api/node/v1",
+    createNodeFacingApi({ store, config, reachability }),
+  );
   app.onError((err, c) => {
     if (err instanceof ServiceError) {
       return c.json(errorBody(err), err.status as 400);
@@ -86,6 +95,7 @@ export async function startGateway(
     app.fetch,
   );
   url = `http://127.0.0.1:${server.addr.port}`;
+  if (opts.ownPublicUrl) publicConfig.publicUrl = url;
   return {
     url,
     kv,
@@ -102,6 +112,7 @@ export async function startGateway(
       })),
     async close() {
       await fleet.close();
+      await reachability.close();
       await server.shutdown();
       kv.close();
     },

@@ -124,7 +124,7 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
     const jt = await joinPage.text();
     assert.match(
       jt,
-      /deno task node --gateway http:\/\/localhost:8000 --join [0-9a-z]+\.[0-9A-Za-z]+/,
+      /deno task node join --gateway http:\/\/localhost:8000 --join [0-9a-z]+\.[0-9A-Za-z]+ &amp;&amp; deno task node service install/,
     );
     const badJoin = await post("/nodes/join-tokens", { ttlMinutes: "9999" });
     assert.equal(badJoin.status, 400);

@@ -61,7 +61,10 @@ Deno.test("node enrolls with a join token, heartbeats, and restarts with the sam
   const created = await w.gw.admin("POST", "/join-tokens", { uses: 1 });
   assert.equal(created.status, 201);
   const { token, command } = await created.json();
-  assert.equal(command, `deno task node --gateway http://gw --join ${token}`);
+  assert.equal(
+    command,
+    `deno task node join --gateway http://gw --join ${token} && deno task node service install`,
+  );
 
   const first = await w.node(token);
   const stateDir = w.dirs[0]!;
@@ -70,8 +73,11 @@ Deno.test("node enrolls with a join token, heartbeats, and restarts with the sam
   const view = await until("healthy node", async () => {
     const res = await w.gw.admin("GET", `/nodes/${first.nodeId}`);
     const n = await res.json();
-    return n.state === "healthy" ? n : null;
+    return n.state === "healthy" && n.reachable !== null ? n : null;
   });
+  // The gateway checked it reaches the node at the URL it advertised.
+  assert.equal(view.reachable, true);
+  assert.equal(view.reachability.url, first.url);
   assert.equal(view.name, "mac-1");
   assert.equal(view.url, first.url);
   // what the engine serves, and what its upstream lists but cannot serve
@@ -192,6 +198,7 @@ Deno.test("a removed node leaves nothing behind and its heartbeats are refused",
       ["node_status"],
       ["node_probe"],
       ["node_by_key"],
+      ["node_reach"],
       ["link_test"],
     ]
   ) {

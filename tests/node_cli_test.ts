@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { parseNodeArgs } from "../node/main.ts";
+import { persistableFlags, readNodeFlags } from "../node/flags.ts";
 
 Deno.test("parseNodeArgs() reads flags, falls back to environment variables, and validates", () => {
   const env: Record<string, string> = {
@@ -64,4 +65,24 @@ Deno.test("parseNodeArgs() reads flags, falls back to environment variables, and
   assert.throws(() =>
     parseNodeArgs(["--gateway", "x", "--bogus", "1"], () => undefined)
   );
+});
+
+Deno.test("the port is automatic unless given, and the flags a node saves hold no join token and only absolute paths", () => {
+  assert.equal(
+    parseNodeArgs(["--gateway", "x"], () => undefined).port,
+    undefined,
+  );
+  assert.equal(
+    parseNodeArgs(["--gateway", "x", "--port", "0"], () => undefined).port,
+    0,
+  );
+  const { flags } = readNodeFlags(
+    ["--gateway", "http://gw", "--join", "t.k", "--models", "models"],
+    (n) => n === "ORCHARD_TOKENIZER_DIRS" ? "a:/b" : undefined,
+  );
+  assert.deepEqual(persistableFlags(flags, "/home/me/orchard"), {
+    gateway: "http://gw",
+    models: "/home/me/orchard/models",
+    tokenizers: "/home/me/orchard/a:/b",
+  });
 });
