@@ -28,9 +28,11 @@ import {
   listNodes,
   type NodeDetail,
   removeNode,
+  setNodeDedication,
   setNodeDrain,
 } from "../store/nodes.ts";
 import { requirePlatform } from "../store/principal.ts";
+import { listTenants } from "../store/tenants.ts";
 import { confirmed, confirmPage } from "./_confirm.tsx";
 import type { PortalEnv } from "./_env.ts";
 import { ago, type FleetPagesDeps, hardwareOf } from "./_fleet.ts";
@@ -68,7 +70,38 @@ const DONE: Record<string, string> = {
 /** Longest a live stream stays open; the browser reconnects after. */
 const STREAM_MAX_MS = 10 * 60_000;
 
-function nodeRow(n: NodeDetail, csrf: string, now: number) {
+/** A node's tenant dedication: who it serves, and the form to change it. */
+function dedication(
+  n: NodeDetail,
+  csrf: string,
+  tenants: { id: string; name: string }[],
+) {
+  const to = n.dedicatedTo ?? "";
+  return (
+    <PostForm action={`/nodes/${n.id}/dedication`} csrf={csrf} class="row">
+      <select
+        name="tenantId"
+        aria-label={`Dedicate ${n.name} to`}
+        data-field="dedication"
+      >
+        <option value="" selected={to === ""}>shared</option>
+        {tenants.map((t) => (
+          <option key={t.id} value={t.id} selected={t.id === to}>
+            {t.name} only
+          </option>
+        ))}
+      </select>
+      <button type="submit" class="small">Save</button>
+    </PostForm>
+  );
+}
+
+function nodeRow(
+  n: NodeDetail,
+  csrf: string,
+  now: number,
+  tenants: { id: string; name: string }[],
+) {
   const hw = hardwareOf(n.probe);
   const s = n.status?.stats;
   const mem = n.status?.memory;
@@ -136,6 +169,7 @@ function nodeRow(n: NodeDetail, csrf: string, now: number) {
           ))}
       </td>
       <td data-field="heartbeat">{ago(n.status?.at ?? null, now)}</td>
+      <td>{dedication(n, csrf, tenants)}</td>
       <td>
         <div class="row" style="gap:6px">
           <PostForm
@@ -186,6 +220,8 @@ async function view(
 ) {
   const p = c.get("principal")!;
   const nodes = await listNodes(c.get("deps").store, p);
+  const tenants = (await listTenants(c.get("deps").store, p, { limit: 200 }))
+    .items.map((t) => ({ id: t.id, name: t.name }));
   const csrf = c.get("csrf");
   const now = Date.now();
   return page(
@@ -220,12 +256,13 @@ async function view(
                 "Thermal",
                 "RDMA ports",
                 "Last heartbeat",
+                "Serves",
                 "",
               ]}
               rows={nodes.length}
               empty="No nodes yet. Create a join token below and run the command on a Mac."
             >
-              {nodes.map((n) => nodeRow(n, csrf, now))}
+              {nodes.map((n) => nodeRow(n, csrf, now, tenants))}
             </Table>
           </div>
         </Card>
@@ -327,6 +364,24 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
     .get("/:id/drain", toPage("nodes"))
     .get("/:id/undrain", toPage("nodes"))
     .get("/:id/remove", toPage("nodes"))
+    .get("/:id/dedication", toPage("nodes"))
+    .post("/:id/dedication", async (c) => {
+      const body = await c.req.parseBody();
+      const tenantId = str(body.tenantId) || null;
+      const n = await setNodeDedication(
+        c.get("deps").store,
+        c.get("principal")!,
+        c.req.param("id")!,
+        tenantId,
+      );
+      await deps.fleet.refresh();
+      return await redirectWithFlash(c, "/nodes#nodes", {
+        section: "nodes",
+        ok: tenantId
+          ? `${n.name} now serves that tenant alone.`
+          : `${n.name} is shared again.`,
+      });
+    })
     .get("/join-tokens", toPage("join"))
     .post(
       "/:id/drain",

@@ -115,6 +115,8 @@ const COVERAGE: Record<string, Cover> = {
   "GET /nodes/:id/drain": { kind: "platform-only" },
   "GET /nodes/:id/undrain": { kind: "platform-only" },
   "GET /nodes/:id/remove": { kind: "platform-only" },
+  "GET /nodes/:id/dedication": { kind: "platform-only" },
+  "POST /nodes/:id/dedication": { kind: "platform-only" },
   "GET /nodes/join-tokens": { kind: "platform-only" },
   "GET /mesh/test-all": { kind: "platform-only" },
   "GET /admin-tokens/:tokenId/revoke": { kind: "own" },

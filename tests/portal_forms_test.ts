@@ -602,3 +602,43 @@ Deno.test("portal forms: readable messages (no field paths, once), 1e30 is too l
     await w.close();
   }
 });
+
+Deno.test("portal nodes page: a platform admin dedicates a node to a tenant and shares it again (POST/redirect/GET)", async () => {
+  const w = await createWorld();
+  try {
+    const root = await signIn(w, "root@example.com");
+    const { token } = await createJoinToken(w.store, SYSTEM, {});
+    const node = await enrollNode(w.store, {
+      token,
+      publicJwk: { kty: "OKP", crv: "Ed25519", x: "d".padEnd(43, "A") },
+      url: "http://10.0.0.2:8100",
+      name: "mac-d",
+      engine: "openai",
+      models: [],
+      probe: null,
+      version: null,
+    });
+    const res = await root.post(`/nodes/${node.id}/dedication`, {
+      tenantId: w.tenantA.id,
+    });
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get("location"), "/nodes#nodes");
+    assert.match(
+      await (await root.follow(res)).text(),
+      /serves that tenant alone/,
+    );
+    assert.equal(
+      (await getNode(w.store, SYSTEM, node.id)).dedicatedTo,
+      w.tenantA.id,
+    );
+    const page = await (await root.get("/nodes")).text();
+    assert.match(page, new RegExp(`value="${w.tenantA.id}" selected`));
+    const back = await root.post(`/nodes/${node.id}/dedication`, {
+      tenantId: "",
+    });
+    assert.equal(back.status, 303);
+    assert.equal((await getNode(w.store, SYSTEM, node.id)).dedicatedTo, null);
+  } finally {
+    await w.close();
+  }
+});
