@@ -22,6 +22,7 @@ import { barePage } from "./routes/_page.tsx";
 import { createAdminApi } from "./routes/api/admin.ts";
 import { errorBody } from "./routes/api/_json.ts";
 import { auditRoutes } from "./routes/audit.tsx";
+import { alertBadge } from "./routes/budgets.tsx";
 import { authRoutes } from "./routes/auth.tsx";
 import { tenantDetailRoutes } from "./routes/tenant.tsx";
 import { tenantRoutes } from "./routes/tenants.tsx";
@@ -107,7 +108,7 @@ export function createOrchardApp(
   portal.use("*", sessionMiddleware(), csrfMiddleware());
   portal.route("/", authRoutes);
   const signedIn = new Hono<PortalEnv>();
-  signedIn.use("*", requireSignIn());
+  signedIn.use("*", requireSignIn(), alertBadge());
   signedIn.get("/", (c) => {
     const p = c.get("principal")!;
     return c.redirect(

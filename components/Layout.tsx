@@ -10,6 +10,8 @@ export interface LayoutProps {
   csrf: string;
   active: string;
   children: ComponentChildren;
+  /** Budget alerts not acknowledged yet (a badge on the alerts entry). */
+  openAlerts?: number;
 }
 
 /** The navigation entries a principal sees. */
@@ -18,6 +20,7 @@ function navFor(p: Principal): [string, string][] {
     return [
       ["/tenants", "Tenants"],
       ["/usage", "Usage & cost"],
+      ["/alerts", "Alerts"],
       ["/nodes", "Nodes"],
       ["/mesh", "RDMA mesh"],
       ["/models", "Models"],
@@ -31,6 +34,11 @@ function navFor(p: Principal): [string, string][] {
     ["/usage", "Usage & cost"],
     ["/audit", "Audit log"],
   ];
+}
+
+/** The navigation entry that carries the alerts badge. */
+function alertsHref(p: Principal): string {
+  return p.role === "platform_admin" ? "/alerts" : `/tenants/${p.tenantId}`;
 }
 
 /** Page shell for signed-in users. */
@@ -48,6 +56,15 @@ export function Layout(props: LayoutProps) {
             aria-current={props.active === href ? "page" : undefined}
           >
             {label}
+            {href === alertsHref(props.principal) && !!props.openAlerts && (
+              <span
+                class="badge warn nav-badge"
+                data-testid="alert-badge"
+                title="Budget alerts not acknowledged"
+              >
+                {props.openAlerts}
+              </span>
+            )}
           </a>
         ))}
         <div class="who">

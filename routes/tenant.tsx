@@ -26,6 +26,8 @@ import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
 import { quotaStatus } from "../store/quota/mod.ts";
 import { QuotaTable } from "../components/dashboard.tsx";
+import { AlertList } from "../components/budgets.tsx";
+import { listAlerts, openAlertCount } from "../store/budget_alerts.ts";
 import { createInvite, listUsers, setUserDisabled } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";
 import { page, str } from "./_page.tsx";
@@ -66,12 +68,15 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
   const p = c.get("principal")!;
   const id = c.req.param("id")!;
   const tenant = await getTenant(store, p, id);
-  const [keys, limits, members, quota] = await Promise.all([
-    listApiKeys(store, p, id, { limit: 100 }),
-    getTenantLimits(store, p, id),
-    listUsers(store, p, id, { limit: 100 }),
-    quotaStatus(store, p, id),
-  ]);
+  const [keys, limits, members, quota, alerts, openAlerts] = await Promise
+    .all([
+      listApiKeys(store, p, id, { limit: 100 }),
+      getTenantLimits(store, p, id),
+      listUsers(store, p, id, { limit: 100 }),
+      quotaStatus(store, p, id),
+      listAlerts(store, p, id, { limit: 5 }),
+      openAlertCount(store, id),
+    ]);
   const canWrite = p.role !== "tenant_viewer";
   const csrf = c.get("csrf");
   const err = (s: Flash["section"]) =>
@@ -88,7 +93,17 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
           {tenant.name}{" "}
           <Badge tone={tenant.status === "active" ? "ok" : "danger"}>
             {tenant.status}
-          </Badge>
+          </Badge>{" "}
+          {openAlerts > 0 && (
+            <a
+              href={`/tenants/${id}/budgets#alerts`}
+              data-testid="tenant-alerts"
+            >
+              <Badge tone="warn">
+                {openAlerts} budget alert{openAlerts === 1 ? "" : "s"}
+              </Badge>
+            </a>
+          )}
         </h1>
         <p class="sub mono">{tenant.slug} · {tenant.id}</p>
         {flash.ok && <Alert tone="ok">{flash.ok}</Alert>}
@@ -118,6 +133,21 @@ async function view(c: C, flash: Flash = {}, status: 200 | 400 | 409 = 200) {
             </a>
             <a class="btn small" href={`/tenants/${id}/statements`}>
               Monthly statements →
+            </a>
+          </p>
+        </Card>
+        <Card title="Budget alerts" id="alerts">
+          <AlertList
+            alerts={alerts.items}
+            ackAction={canWrite
+              ? (a) => `/tenants/${id}/alerts/${a.id}/ack`
+              : null}
+            csrf={csrf}
+            next={`/tenants/${id}`}
+          />
+          <p class="row" style="margin-top:12px">
+            <a class="btn small" href={`/tenants/${id}/budgets`}>
+              Budgets, webhooks and deliveries →
             </a>
           </p>
         </Card>
