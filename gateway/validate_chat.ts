@@ -35,7 +35,6 @@ function object(v: unknown, at: string): Record<string, unknown> {
   return v;
 }
 
-
 /** Validates `logprobs` (a boolean on chat) and `top_logprobs` (0–20, needs logprobs). */
 export function checkLogprobs(logprobs: unknown, top: unknown): void {
   if (given(logprobs) && typeof logprobs !== "boolean") {
