@@ -20,6 +20,8 @@ export interface Config {
   metricsAllow: string[];
   /** Allow node URLs on link-local / private addresses that are normally refused. */
   allowPrivateNodeUrls: boolean;
+  /** Allow webhook URLs on loopback / private addresses (refused by default: SSRF). */
+  allowPrivateWebhookUrls: boolean;
   /** On SIGTERM, how long requests in flight may take before they are ended (their node work cancelled). */
   drainTimeoutMs: number;
   /** How long a stored response (`/v1/responses` with `store`) is kept, in days. */
@@ -69,6 +71,7 @@ export function loadConfig(): Config {
     metricsAllow: (Deno.env.get("ORCHARD_METRICS_ALLOW") || "127.0.0.1,::1")
       .split(",").map((s) => s.trim()).filter(Boolean),
     allowPrivateNodeUrls: bool("ORCHARD_ALLOW_PRIVATE_NODE_URLS", false),
+    allowPrivateWebhookUrls: bool("ORCHARD_ALLOW_PRIVATE_WEBHOOK_URLS", false),
     drainTimeoutMs: int("ORCHARD_DRAIN_TIMEOUT_MS", 20_000, 0, 600_000),
     responseTtlDays: int("ORCHARD_RESPONSE_TTL_DAYS", 30, 1, 3650),
   };
@@ -90,6 +93,7 @@ export function testConfig(over: Partial<Config> = {}): Config {
     maxBodyBytes: 4 * 1024 * 1024,
     metricsAllow: ["127.0.0.1", "::1"],
     allowPrivateNodeUrls: true,
+    allowPrivateWebhookUrls: true,
     drainTimeoutMs: 20_000,
     responseTtlDays: 30,
     ...over,

@@ -18,6 +18,7 @@ import {
   type GatewayOptions,
 } from "./gateway/mod.ts";
 import type { IslandManifest } from "./lib/islands_build.ts";
+import { alertPageRoutes, budgetPageRoutes } from "./routes/budgets.tsx";
 import { createMeshPages } from "./routes/mesh.tsx";
 import { modelsRoutes } from "./routes/models.tsx";
 import { createNodesPages } from "./routes/nodes.tsx";
@@ -72,6 +73,8 @@ export function createOrchard(opts: OrchardOptions): Orchard {
       { path: "/mesh", app: createMeshPages(fleetPages) },
       { path: "/models", app: modelsRoutes },
       { path: "/playground", app: createPlaygroundPage(fleetPages) },
+      { path: "/tenants", app: budgetPageRoutes },
+      { path: "/alerts", app: alertPageRoutes },
       ...(opts.portalParts ?? []),
     ],
   });

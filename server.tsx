@@ -28,6 +28,7 @@ import { passwordResetRoutes } from "./routes/password_reset.tsx";
 import { userRoutes } from "./routes/users.tsx";
 import { errorBody } from "./routes/api/_json.ts";
 import { auditRoutes } from "./routes/audit.tsx";
+import { alertBadge } from "./routes/budgets.tsx";
 import { authRoutes } from "./routes/auth.tsx";
 import { tenantDetailRoutes } from "./routes/tenant.tsx";
 import { tenantRoutes } from "./routes/tenants.tsx";
@@ -115,7 +116,7 @@ export function createOrchardApp(
   portal.route("/", authRoutes);
   portal.route("/", passwordResetRoutes);
   const signedIn = new Hono<PortalEnv>();
-  signedIn.use("*", requireSignIn());
+  signedIn.use("*", requireSignIn(), alertBadge());
   signedIn.get("/", (c) => {
     const p = c.get("principal")!;
     return c.redirect(

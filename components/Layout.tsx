@@ -10,6 +10,8 @@ export interface LayoutProps {
   csrf: string;
   active: string;
   children: ComponentChildren;
+  /** Budget alerts not acknowledged yet (a badge on the alerts entry). */
+  openAlerts?: number;
 }
 
 /** What tenant admins see beyond their viewers (routes/users.tsx, routes/admin_tokens.tsx). */
@@ -24,6 +26,7 @@ function navFor(p: Principal): [string, string][] {
     return [
       ["/tenants", "Tenants"],
       ["/usage", "Usage & cost"],
+      ["/alerts", "Alerts"],
       ["/nodes", "Nodes"],
       ["/mesh", "RDMA mesh"],
       ["/models", "Models"],
@@ -42,6 +45,11 @@ function navFor(p: Principal): [string, string][] {
   ];
 }
 
+/** The navigation entry that carries the alerts badge. */
+function alertsHref(p: Principal): string {
+  return p.role === "platform_admin" ? "/alerts" : `/tenants/${p.tenantId}`;
+}
+
 /** Page shell for signed-in users. */
 export function Layout(props: LayoutProps) {
   return (
@@ -57,6 +65,15 @@ export function Layout(props: LayoutProps) {
             aria-current={props.active === href ? "page" : undefined}
           >
             {label}
+            {href === alertsHref(props.principal) && !!props.openAlerts && (
+              <span
+                class="badge warn nav-badge"
+                data-testid="alert-badge"
+                title="Budget alerts not acknowledged"
+              >
+                {props.openAlerts}
+              </span>
+            )}
           </a>
         ))}
         <div class="who">

@@ -27,6 +27,7 @@ import {
   readAuthEpoch,
   watchAuthEpoch,
 } from "../store/auth_epoch.ts";
+import { type Budget, budgetsOf, hardBudgets } from "../store/budgets.ts";
 import { getTenantLimitsRaw, type Limits } from "../store/limits.ts";
 import { type LimitPlan, limitPlan } from "../store/quota/mod.ts";
 import type { Scope } from "../store/schemas.ts";
@@ -40,6 +41,10 @@ export interface AuthContext {
   plan: LimitPlan;
   /** The key's model allow-list as a set; null = every model. */
   models: Set<string> | null;
+  /** The tenant or this key has a budget: its spend is checked after writes. */
+  budgeted: boolean;
+  /** The plan has a money budget: requests are priced at admission. */
+  priced: boolean;
 }
 
 /**
@@ -81,7 +86,7 @@ export class KeyCache {
   readonly #map = new Map<string, Entry>();
   readonly #tenants = new Map<
     string,
-    { until: number; value: Promise<[Tenant | null, Limits]> }
+    { until: number; value: Promise<[Tenant | null, Limits, Budget[]]> }
   >();
 
   constructor(
@@ -208,14 +213,18 @@ export class KeyCache {
     if (this.#map.size >= this.#max) this.#map.clear();
   }
 
-  /** A tenant and its limits, cached per tenant for the same ≤ 1 s. */
-  #tenant(id: string, now: number): Promise<[Tenant | null, Limits]> {
+  /** A tenant, its limits and its (and its keys') budgets, cached per tenant for the same ≤ 1 s. */
+  #tenant(
+    id: string,
+    now: number,
+  ): Promise<[Tenant | null, Limits, Budget[]]> {
     const c = this.#tenants.get(id);
     if (c && now < c.until) return c.value;
     if (this.#tenants.size >= this.#max) this.#tenants.clear();
     const value = Promise.all([
       getTenantRaw(this.#store, id),
       getTenantLimitsRaw(this.#store, id),
+      budgetsOf(this.#store, id),
     ]);
     this.#tenants.set(id, { until: this.#until(now), value });
     value.catch(() => this.#tenants.delete(id));
@@ -234,7 +243,7 @@ export class KeyCache {
       );
     }
     const key = r.key;
-    const [tenant, limits] = await this.#tenant(key.tenantId, now);
+    const [tenant, limits, budgets] = await this.#tenant(key.tenantId, now);
     if (!tenant) return invalidKey();
     if (tenant.status !== "active") {
       return new OpenAIError(
@@ -246,11 +255,20 @@ export class KeyCache {
         },
       );
     }
+    const plan = limitPlan(
+      tenant.id,
+      key.id,
+      limits,
+      key.limits,
+      hardBudgets(budgets, key.id),
+    );
     return {
       key,
       tenant,
-      plan: limitPlan(tenant.id, key.id, limits, key.limits),
+      plan,
       models: key.models ? new Set(key.models) : null,
+      budgeted: budgets.some((b) => b.keyId === null || b.keyId === key.id),
+      priced: plan.rules.some((r) => r.kind === "spend"),
     };
   }
 }

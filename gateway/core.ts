@@ -9,9 +9,18 @@ import type { AppDeps } from "../app.ts";
 import {
   type Admission,
   Admitter,
+  billedCost,
   QuotaUnavailableError,
+  type RequestPrice,
   type Reservation,
 } from "../store/quota/mod.ts";
+import {
+  type DispatcherOptions,
+  WebhookDispatcher,
+} from "../store/webhook_dispatch.ts";
+import { rollupsOf } from "../store/usage_rollups.ts";
+import { BudgetMonitor } from "./budget_monitor.ts";
+import { PriceCache } from "./prices.ts";
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
@@ -54,6 +63,14 @@ export interface GatewayOptions {
    */
   instanceId?: string;
   /**
+   * The webhook dispatcher's tunables (store/webhook_dispatch.ts; tests
+   * shorten its intervals and inject a clock). It sends deliveries from
+   * `start()` on; `false`: never (another process sends them).
+   */
+  webhooks?: Partial<DispatcherOptions> | false;
+  /** Least time between two budget checks of one tenant (default 2 s). */
+  budgetCheckMs?: number;
+  /**
    * Where usage records are journaled before they reach KV
    * (store/usage_journal.ts; main.ts: `<data dir>/usage-journal`); `start()`
    * replays what stopped gateways left there. Without one, a crash loses
@@ -76,6 +93,14 @@ export class GatewayCore {
   readonly reservationTtlMs: number;
   /** Liveness and reclaiming (null without `instanceId`). */
   readonly instance: GatewayInstance | null;
+  /** Model prices, for money budgets. */
+  readonly prices: PriceCache;
+  /** Budget checks as usage lands, and the alerts they create. */
+  readonly budgets: BudgetMonitor;
+  /** Sends queued webhook deliveries (from `start()`, unless disabled). */
+  readonly webhooks: WebhookDispatcher;
+  readonly #sendWebhooks: boolean;
+  readonly #unwatchUsage: () => void;
   readonly #pending = new Set<Promise<unknown>>();
   readonly #journalDir: string | null;
 
@@ -124,6 +149,23 @@ export class GatewayCore {
     this.router = new NodeRouter(deps.fleet, opts.router);
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
+    this.prices = new PriceCache(deps.store);
+    this.#sendWebhooks = opts.webhooks !== false;
+    this.webhooks = new WebhookDispatcher(deps.store, {
+      allowPrivate: deps.config.allowPrivateWebhookUrls,
+      log: this.log,
+      ...(opts.webhooks || {}),
+    });
+    this.budgets = new BudgetMonitor(deps.store, {
+      minIntervalMs: opts.budgetCheckMs,
+      log: this.log,
+      onAlerts: () => {
+        if (this.#sendWebhooks) this.webhooks.kick();
+      },
+    });
+    this.#unwatchUsage = rollupsOf(deps.store).onWritten((tenants) =>
+      this.budgets.written(tenants)
+    );
     this.#journalDir = opts.usageJournalDir ?? null;
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
@@ -171,6 +213,7 @@ export class GatewayCore {
     }
     await this.instance?.start();
     if (this.deps.config.kvUrl) this.keys.watch();
+    if (this.#sendWebhooks) this.webhooks.start();
   }
 
   /**
@@ -180,6 +223,9 @@ export class GatewayCore {
   async close(): Promise<void> {
     await this.idle();
     await this.usage.close();
+    await this.budgets.close();
+    this.#unwatchUsage();
+    await this.webhooks.close();
     await this.admitter.close();
     this.keys.close();
     await this.instance?.close();
@@ -193,6 +239,8 @@ export class GatewayCore {
     await this.admitter.flush();
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
     await this.usage.flush();
+    await this.budgets.idle();
+    await this.webhooks.idle();
     await this.upstream.idle();
     this.upstream.client.closeIdle();
   }
@@ -295,6 +343,8 @@ export class Exchange {
   completionTokens = 0;
   /** Prompt tokens the node served from its prefix cache, when it says. */
   cachedTokens: number | null = null;
+  /** Its prices, when its key's plan has a money budget. */
+  price: RequestPrice | null = null;
   /** How usage was made when the engine reported none (null: reported). */
   usageBasis: UsageBasis | null = null;
   ttftMs: number | null = null;
@@ -334,6 +384,17 @@ export class Exchange {
     const worst = this.promptUpper + cap;
     let a: Admission;
     try {
+      if (ctx.priced) {
+        // A money budget counts its worst case at the model's prices.
+        this.price = {
+          prompt: this.promptUpper,
+          ...await this.core.prices.of(this.model).catch((e) => {
+            throw new QuotaUnavailableError("Cannot read the prices", {
+              cause: e,
+            });
+          }),
+        };
+      }
       a = await this.core.admitter.admit({
         plan: ctx.plan,
         tokens: worst,
@@ -342,13 +403,17 @@ export class Exchange {
           : this.promptUpper + 1,
         reclaimTokens: p.prompt.estimate,
         ttlMs: this.core.reservationTtlMs,
+        ...(this.price ? { price: this.price } : {}),
       });
     } catch (e) {
       if (e instanceof QuotaUnavailableError) throw storeDown(e);
       throw e;
     }
     this.headers = quotaHeaders(a.view);
-    if (!a.ok) throw rejectionError(a, this.headers);
+    if (!a.ok) {
+      if (a.rule.budget) this.core.budgets.refused(ctx.tenant.id, a.rule);
+      throw rejectionError(a, this.headers);
+    }
     this.reservation = a.reservation;
     const granted = a.reservation?.tokens ?? worst;
     this.completionCap = Math.max(0, granted - this.promptUpper);
@@ -391,8 +456,15 @@ export class Exchange {
     const r = this.reservation;
     if (!r) return;
     this.reservation = null;
+    const money = this.price
+      ? billedCost(this.price, this.promptTokens, this.completionTokens)
+      : 0;
     this.core.track(
-      this.core.admitter.settle(r, this.promptTokens + this.completionTokens)
+      this.core.admitter.settle(
+        r,
+        this.promptTokens + this.completionTokens,
+        money,
+      )
         .catch((e) =>
           this.core.log.warn(
             "settlement failed; the reservation will be reclaimed",
@@ -445,6 +517,7 @@ export class Exchange {
       },
     );
     if (!ctx || !this.model) return;
+    if (ctx.budgeted) this.core.budgets.watch(ctx.tenant.id);
     this.core.usage.add({
       id: newId(),
       at: new Date(this.startedAt).toISOString(),

@@ -1,5 +1,6 @@
 /** `x-ratelimit-*` headers and the 429 errors built from an admission. */
 import { OpenAIError } from "../lib/openai_errors.ts";
+import { formatMoney } from "../store/money.ts";
 import type { Admission, QuotaView } from "../store/quota/mod.ts";
 
 /** Formats a duration like OpenAI's reset headers: `20ms`, `6s`, `1m30s`, `3h2m0s`. */
@@ -37,6 +38,7 @@ const WHAT: Record<string, string> = {
   concurrency: "concurrent requests",
   day: "tokens per day",
   month: "tokens per month",
+  spend: "spend per month",
 };
 
 /** The 429 for a refused admission: a rate (retry later) or an exhausted quota (`x-should-retry: false`). */
@@ -48,14 +50,20 @@ export function rejectionError(
     ? "this API key"
     : "your organization";
   const retryAfter = String(Math.max(1, Math.ceil(a.retryAfterMs / 1000)));
-  const msg = `Limit reached for ${who}: ${
-    WHAT[a.rule.kind]
-  } (limit ${a.rule.limit}).`;
+  const msg = a.rule.budget
+    ? `Budget reached for ${who}: the monthly ${
+      a.rule.kind === "spend"
+        ? `spend budget of ${formatMoney(a.rule.limit)}`
+        : `token budget of ${a.rule.limit} tokens`
+    } is used up.`
+    : `Limit reached for ${who}: ${WHAT[a.rule.kind]} (limit ${a.rule.limit}).`;
   if (a.reason === "quota") {
     return new OpenAIError(
       429,
       "insufficient_quota",
-      `${msg} The quota resets in ${formatReset(a.retryAfterMs)}.`,
+      `${msg} The ${a.rule.budget ? "budget" : "quota"} resets in ${
+        formatReset(a.retryAfterMs)
+      }.`,
       {
         type: "insufficient_quota",
         headers: {

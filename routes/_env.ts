@@ -15,6 +15,8 @@ export interface PortalEnv {
     session: Session | null;
     /** The CSRF token for forms on this page (empty when signed out). */
     csrf: string;
+    /** Budget alerts not acknowledged yet, for the navigation's badge. */
+    openAlerts?: number;
   };
 }
 

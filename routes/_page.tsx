@@ -20,6 +20,7 @@ export function page(
       principal={c.get("principal")!}
       csrf={c.get("csrf")}
       active={active}
+      openAlerts={c.get("openAlerts")}
     >
       {children}
     </Layout>,

@@ -35,6 +35,8 @@ import { SCOPES } from "../store/schemas.ts";
 import { getTenant, updateTenant } from "../store/tenants.ts";
 import { quotaStatus } from "../store/quota/mod.ts";
 import { QuotaTable } from "../components/dashboard.tsx";
+import { AlertList } from "../components/budgets.tsx";
+import { listAlerts, openAlertCount } from "../store/budget_alerts.ts";
 import {
   createInvite,
   listInvites,
@@ -97,13 +99,16 @@ async function view(
   const id = c.req.param("id")!;
   const tenant = await getTenant(store, p, id);
   const canWrite = p.role !== "tenant_viewer";
-  const [keys, limits, members, quota, invites] = await Promise.all([
-    listApiKeys(store, p, id, { limit: 100 }),
-    getTenantLimits(store, p, id),
-    listUsers(store, p, id, { limit: 100 }),
-    quotaStatus(store, p, id),
-    canWrite ? listInvites(store, p, id) : Promise.resolve([]),
-  ]);
+  const [keys, limits, members, quota, invites, alerts, openAlerts] =
+    await Promise.all([
+      listApiKeys(store, p, id, { limit: 100 }),
+      getTenantLimits(store, p, id),
+      listUsers(store, p, id, { limit: 100 }),
+      quotaStatus(store, p, id),
+      canWrite ? listInvites(store, p, id) : Promise.resolve([]),
+      listAlerts(store, p, id, { limit: 5 }),
+      openAlertCount(store, id),
+    ]);
   const csrf = c.get("csrf");
   const input = (s: Section, name: string) =>
     failure?.section === s ? failure.input[name] : undefined;
@@ -123,7 +128,17 @@ async function view(
           {tenant.name}{" "}
           <Badge tone={tenant.status === "active" ? "ok" : "danger"}>
             {tenant.status}
-          </Badge>
+          </Badge>{" "}
+          {openAlerts > 0 && (
+            <a
+              href={`/tenants/${id}/budgets#alerts`}
+              data-testid="tenant-alerts"
+            >
+              <Badge tone="warn">
+                {openAlerts} budget alert{openAlerts === 1 ? "" : "s"}
+              </Badge>
+            </a>
+          )}
         </h1>
         <p class="sub mono">{tenant.slug} · {tenant.id}</p>
         <FlashMessages flash={flash} />
@@ -135,6 +150,21 @@ async function view(
             </a>
             <a class="btn small" href={`/tenants/${id}/statements`}>
               Monthly statements →
+            </a>
+          </p>
+        </Card>
+        <Card title="Budget alerts" id="alerts">
+          <AlertList
+            alerts={alerts.items}
+            ackAction={canWrite
+              ? (a) => `/tenants/${id}/alerts/${a.id}/ack`
+              : null}
+            csrf={csrf}
+            next={`/tenants/${id}`}
+          />
+          <p class="row" style="margin-top:12px">
+            <a class="btn small" href={`/tenants/${id}/budgets`}>
+              Budgets, webhooks and deliveries →
             </a>
           </p>
         </Card>

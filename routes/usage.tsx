@@ -16,7 +16,16 @@ import { isPlatform } from "../store/principal.ts";
 import { quotaStatus } from "../store/quota/mod.ts";
 import { findTenant, listTenants, type Tenant } from "../store/tenants.ts";
 import { percentile } from "../store/usage.ts";
-import { monthOf, tenantModelMonth, topTenants } from "../store/usage_month.ts";
+import {
+  monthOf,
+  tenantModelMonth,
+  type TopTenant,
+  topTenants,
+} from "../store/usage_month.ts";
+import { fmtMoney, SpendTables } from "../components/budgets.tsx";
+import { getPricing } from "../store/pricing.ts";
+import { monthSpend } from "../store/spend.ts";
+import type { Store } from "../store/store.ts";
 import {
   parseUsageQuery,
   type UsageReport,
@@ -175,9 +184,10 @@ async function view(c: C) {
     tenant ? quotaStatus(store, p, tenant.id, now) : Promise.resolve(null),
     tenant ? tenantModelMonth(store, tenant.id, month) : Promise.resolve([]),
     isPlatform(p) && !tenant
-      ? topTenants(store, p, month, 10)
+      ? topTenants(store, p, month, 10).then((ts) => withCost(store, ts, month))
       : Promise.resolve(null),
   ]);
+  const keyNames = new Map(keys.map((k) => [k.id, k.name]));
   if (tenant && !tenants.some((t) => t.id === tenant!.id)) tenants.push(tenant);
   const t = report?.totals;
   const range = c.req.query("from") || c.req.query("to")
@@ -315,8 +325,23 @@ async function view(c: C) {
                   "TTFT p50 / p95",
                   `${fmtMs(t.ttftP50Ms)} / ${fmtMs(t.ttftP95Ms)}`,
                 ],
+                [
+                  "Cost",
+                  <span key="cost" data-testid="usage-cost">
+                    {fmtMoney(report.spend.totalMicro, report.spend.currency)}
+                  </span>,
+                ],
               ]}
             />
+            <Card title="Cost in this range" id="cost">
+              <p class="muted">
+                Tokens at the prices of the monthly statement, each model's
+                prompt and completion tokens rounded to the cent.
+                {report.spend.notes.length > 0 &&
+                  ` ${report.spend.notes.join(" ")}`}
+              </p>
+              <SpendTables spend={report.spend} keys={keyNames} />
+            </Card>
             {charts(report).map((ch) => (
               <Card key={ch.id}>
                 <Island name="UsageChart" component={UsageChart} props={ch} />
@@ -359,7 +384,7 @@ async function view(c: C) {
           {top && (
             <Card title={`Top tenants in ${month}`} id="top-tenants">
               <Table
-                head={["Tenant", "Tokens", "Requests", "Errors"]}
+                head={["Tenant", "Tokens", "Requests", "Errors", "Cost"]}
                 rows={top.length}
                 empty="No usage this month."
               >
@@ -373,6 +398,7 @@ async function view(c: C) {
                     <td>{fmtInt(x.tokens)}</td>
                     <td>{fmtInt(x.requests)}</td>
                     <td>{fmtInt(x.errors)}</td>
+                    <td class="mono">{fmtMoney(x.costMicro, x.currency)}</td>
                   </tr>
                 ))}
               </Table>
@@ -383,6 +409,21 @@ async function view(c: C) {
     ),
     error ? 400 : 200,
   );
+}
+
+/** Each top tenant's spend in `month`: its statement's token lines. */
+async function withCost(
+  store: Store,
+  top: TopTenant[],
+  month: string,
+): Promise<(TopTenant & { costMicro: number; currency: string })[]> {
+  const pricing = await getPricing(store);
+  return await Promise.all(top.map(async (t) => ({
+    ...t,
+    costMicro: (await monthSpend(store, t.tenantId, month, pricing, false))
+      .tenant.money,
+    currency: pricing.currency,
+  })));
 }
 
 /** `/usage`. */

@@ -148,6 +148,67 @@ export const k = {
   /** One part (≤ 60,000 bytes) of a stored response's JSON. */
   responsePart: (tenantId: string, id: string, part: number) =>
     ["response_part", tenantId, id, part] as const,
+  /**
+   * A tenant's hour or day totals per key and model (store/spend.ts prices
+   * them), bucket before key so a range of a tenant's is one read; one
+   * value per group and writer (`shard`), like `usageRollup`.
+   */
+  usageKeyModel: (
+    granularity: "hour" | "day",
+    tenantId: string,
+    bucket: string,
+    keyId: string,
+    model: string,
+    shard: string,
+  ) =>
+    [
+      "usage_key_model",
+      granularity,
+      tenantId,
+      bucket,
+      keyId,
+      model,
+      shard,
+    ] as const,
+  usageKeyModelPrefix: (granularity: "hour" | "day", tenantId: string) =>
+    ["usage_key_model", granularity, tenantId] as const,
+
+  // budgets, their alerts, and webhooks (store/budgets.ts,
+  // store/budget_alerts.ts, store/webhooks.ts)
+  /** A tenant's budget (`keyId` "") or a key's, in one unit. */
+  budget: (tenantId: string, keyId: string, unit: string) =>
+    ["budget", tenantId, keyId, unit] as const,
+  budgetPrefix: (tenantId: string) => ["budget", tenantId] as const,
+  budgetAlert: (tenantId: string, id: string) =>
+    ["budget_alert", tenantId, id] as const,
+  budgetAlertPrefix: (tenantId: string) => ["budget_alert", tenantId] as const,
+  /** Every tenant's alerts, for the provider (the whole alert, like audit indexes). */
+  budgetAlertAll: (id: string) => ["budget_alert_all", id] as const,
+  budgetAlertAllPrefix: () => ["budget_alert_all"] as const,
+  /** Marks a threshold of a budget as alerted in a period: once each. */
+  budgetAlertOnce: (
+    tenantId: string,
+    keyId: string,
+    unit: string,
+    period: string,
+    threshold: number,
+  ) => ["budget_alert_once", tenantId, keyId, unit, period, threshold] as const,
+  /** Alerts created and acknowledged (`scope`: a tenant id, or "provider" for all). */
+  budgetAlertCount: (scope: string, what: "created" | "acked") =>
+    ["budget_alert_count", scope, what] as const,
+  webhook: (id: string) => ["webhook", id] as const,
+  /** `owner`: a tenant id, or "provider" for the platform's own endpoints. */
+  webhookByOwner: (owner: string, id: string) =>
+    ["webhook_by_owner", owner, id] as const,
+  webhookByOwnerPrefix: (owner: string) => ["webhook_by_owner", owner] as const,
+  webhookDelivery: (id: string) => ["webhook_delivery", id] as const,
+  webhookDeliveryByOwner: (owner: string, id: string) =>
+    ["webhook_delivery_by_owner", owner, id] as const,
+  webhookDeliveryByOwnerPrefix: (owner: string) =>
+    ["webhook_delivery_by_owner", owner] as const,
+  /** Deliveries due at `at` (epoch ms): the dispatcher's queue. */
+  webhookDue: (at: number, id: string) => ["webhook_due", at, id] as const,
+  webhookDuePrefix: () => ["webhook_due"] as const,
 };
 
 /**

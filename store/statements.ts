@@ -100,6 +100,52 @@ export function nodeShare(
   };
 }
 
+/** Tokens of one model: what token lines are priced from. */
+export interface ModelTokens {
+  model: string;
+  prompt: number;
+  completion: number;
+}
+
+/**
+ * The token lines of a statement (one per model and kind with tokens:
+ * quantity × the model's price per 1M, rounded half-up to the cent), and
+ * a note per unpriced model used. Statements and every spend shown
+ * elsewhere (usage pages, budgets: store/spend.ts) are priced by this one
+ * function.
+ */
+export function tokenLines(
+  pricing: Pricing,
+  models: readonly ModelTokens[],
+): { lines: StatementLine[]; notes: string[] } {
+  const lines: StatementLine[] = [];
+  const notes: string[] = [];
+  for (const m of models) {
+    const price = priceOf(pricing, m.model);
+    if (!price && m.prompt + m.completion > 0) {
+      notes.push(`No price is set for model ${m.model}; its tokens are free.`);
+    }
+    for (const kind of ["prompt", "completion"] as const) {
+      const qty = m[kind];
+      if (qty === 0) continue;
+      const unit = price
+        ? (kind === "prompt"
+          ? price.promptPerMillion
+          : price.completionPerMillion)
+        : 0;
+      lines.push({
+        kind: `${kind}_tokens`,
+        description: `${m.model} ${kind} tokens`,
+        quantity: qty,
+        unit: "tokens",
+        unitPriceMicro: unit,
+        amountMicro: toCents(perMillion(qty, unit)),
+      });
+    }
+  }
+  return { lines, notes };
+}
+
 /** Builds a tenant's statement for `month` (`YYYY-MM`, UTC). */
 export async function buildStatement(
   store: Store,
@@ -123,34 +169,12 @@ export async function buildStatement(
     tenantModelMonth(store, tenant.id, month),
     nodeBusyMonth(store, tenant.id, month),
   ]);
-  const lines: StatementLine[] = [];
-  const notes: string[] = [];
+  const { lines, notes } = tokenLines(pricing, models);
   let requests = 0, prompt = 0, completion = 0;
   for (const m of models) {
     requests += m.requests;
     prompt += m.prompt;
     completion += m.completion;
-    const price = priceOf(pricing, m.model);
-    if (!price && m.prompt + m.completion > 0) {
-      notes.push(`No price is set for model ${m.model}; its tokens are free.`);
-    }
-    for (const kind of ["prompt", "completion"] as const) {
-      const qty = m[kind];
-      if (qty === 0) continue;
-      const unit = price
-        ? (kind === "prompt"
-          ? price.promptPerMillion
-          : price.completionPerMillion)
-        : 0;
-      lines.push({
-        kind: `${kind}_tokens`,
-        description: `${m.model} ${kind} tokens`,
-        quantity: qty,
-        unit: "tokens",
-        unitPriceMicro: unit,
-        amountMicro: toCents(perMillion(qty, unit)),
-      });
-    }
   }
   const used = nodes.filter((n) => n.tenantBusyMs > 0 && n.busyMs > 0);
   // Nodes dedicated to the tenant cost it every enrolled hour, busy or not.

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { createStore, type Store } from "./store.ts";
 import { usageRecord } from "./_usage_testing.ts";
+import { keyModelUse } from "./spend.ts";
 import { listUsageRecords, usageTotals } from "./usage.ts";
 import { tenantMonthTotals } from "./usage_month.ts";
 import { UsageRollups } from "./usage_rollups.ts";
@@ -49,6 +50,19 @@ async function views(store: Store) {
     out[`${tenantId}.billed`] = month.find((m) =>
       m.tenantId === tenantId
     )?.requests ?? 0;
+    // per key and model (what spend per key is priced from)
+    let perKey = 0;
+    const uses = await keyModelUse(
+      store,
+      tenantId,
+      "hour",
+      HOURS.from,
+      HOURS.to,
+    );
+    for (const models of uses.values()) {
+      for (const u of models.values()) perKey += u.requests;
+    }
+    out[`${tenantId}.keyModel`] = perKey;
   }
   for (let m = 0; m < 2; m++) {
     out[`m${m}`] =
@@ -84,8 +98,10 @@ Deno.test("a journal replayed after a crash at any point of the writes leaves ev
       const journal = await UsageJournal.open(`${dir}/${commits}`);
       acc.attachJournal(journal);
       const records = traffic();
+      // Due 500 to 1000 ms after they came: none yet, however slow add() is.
+      const added = Date.now();
       acc.add(records.slice(0, 150), 1000);
-      await acc.writeDue(store, Date.now() + 500, 40).catch(() => {});
+      await acc.writeDue(store, added + 499, 40).catch(() => {});
       acc.add(records.slice(150), 1000);
       failAfter(kv, commits);
       await acc.writeDue(store).catch(() => {});
@@ -105,6 +121,7 @@ Deno.test("a journal replayed after a crash at any point of the writes leaves ev
       assert.equal(after["t0.unique"], 50);
       assert.equal(after["t0.billed"], 50);
       assert.equal(after["t0.k0"]! + after["t0.k1"]! + after["t0.k2"]!, 50);
+      assert.equal(after["t0.keyModel"], 50);
       assert.equal(await UsageRollups.replay(store, acc.writer, entries), 0);
       assert.deepEqual(await views(store), expected, "replayed twice");
       kv.close();

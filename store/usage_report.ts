@@ -9,6 +9,7 @@ import { ValidationError } from "./errors.ts";
 import { isPlatform, type Principal } from "./principal.ts";
 import { parse } from "./schemas.ts";
 import type { Store } from "./store.ts";
+import { rangeSpend, type Spend } from "./spend.ts";
 import { getTenant } from "./tenants.ts";
 import {
   type UsagePoint,
@@ -39,6 +40,11 @@ export interface UsageReport {
   };
   totals: UsageTotals;
   series: UsagePoint[];
+  /**
+   * What the range cost, per model and per key (a tenant's), priced like
+   * statements (store/spend.ts).
+   */
+  spend: Spend;
 }
 
 const HOUR = 3_600_000;
@@ -118,14 +124,17 @@ export async function usageReport(
 ): Promise<UsageReport> {
   const tenantId = q.tenantId ?? (isPlatform(p) ? null : p.tenantId);
   if (tenantId) await getTenant(store, p, tenantId);
-  const series = await usageSeries(store, {
-    tenantId: tenantId ?? undefined,
-    keyId: q.keyId ?? undefined,
-    model: q.model ?? undefined,
-    granularity: q.granularity,
-    from: q.from,
-    to: q.to,
-  });
+  const [series, spend] = await Promise.all([
+    usageSeries(store, {
+      tenantId: tenantId ?? undefined,
+      keyId: q.keyId ?? undefined,
+      model: q.model ?? undefined,
+      granularity: q.granularity,
+      from: q.from,
+      to: q.to,
+    }),
+    rangeSpend(store, { ...q, tenantId }),
+  ]);
   return {
     query: {
       tenantId,
@@ -137,5 +146,6 @@ export async function usageReport(
     },
     totals: usageTotalsOf(series),
     series,
+    spend,
   };
 }

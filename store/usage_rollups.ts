@@ -225,6 +225,8 @@ export class UsageRollups {
   #drops = 0;
   #nextSweep = 0;
   #chain: Promise<void> = Promise.resolve();
+  /** Told which tenants' batches each commit wrote (see onWritten). */
+  readonly #written = new Set<(tenantIds: string[]) => void>();
 
   constructor(opts: UsageRollupsOptions = {}) {
     const { maxGroups = 200_000 } = opts;
@@ -260,6 +262,16 @@ export class UsageRollups {
   /** When the first thing waiting is due (Infinity: none). */
   get nextDue(): number {
     return this.#nextDue;
+  }
+
+  /**
+   * Calls `fn` with the tenants whose records each commit wrote, once it
+   * landed (their views hold them: budgets are checked then); returns the
+   * function that stops it.
+   */
+  onWritten(fn: (tenantIds: string[]) => void): () => void {
+    this.#written.add(fn);
+    return () => void this.#written.delete(fn);
   }
 
   /** Journals every record added from now on (the journal's files are pruned as they reach KV). */
@@ -319,6 +331,20 @@ export class UsageRollups {
           const sets = commit.flatMap((t) => t.sets);
           await commitSets(store.kv, sets);
           written += sets.length;
+          if (this.#written.size > 0) {
+            const tenants = [
+              ...new Set(
+                commit.flatMap((t) => t.batch ? [t.batch.tenantId] : []),
+              ),
+            ];
+            if (tenants.length > 0) {
+              for (const fn of this.#written) {
+                try {
+                  fn(tenants);
+                } catch { /* a listener's failure is its own */ }
+              }
+            }
+          }
           i += commit.length;
           if (i < taken.length) await new Promise((r) => setTimeout(r, 0));
         }
@@ -778,6 +804,16 @@ export class UsageRollups {
           ),
         );
       }
+      // Per key and model, which spend per key is priced from (store/spend.ts).
+      tenantTime.push(
+        this.#group(
+          `${g}|key_model|${r.tenantId}|${b}|${r.keyId}|${r.model}`,
+          TIME_FIELDS,
+          end,
+          r.tenantId,
+          (shard) => k.usageKeyModel(g, r.tenantId, b, r.keyId, r.model, shard),
+        ),
+      );
     }
     const d = new Date(t);
     const month = d.toISOString().slice(0, 7);

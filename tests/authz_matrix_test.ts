@@ -7,7 +7,11 @@
 import assert from "node:assert/strict";
 import { createAdminToken } from "../store/admin_tokens.ts";
 import { createApiKey } from "../store/api_keys.ts";
+import { checkBudgets } from "../store/budget_alerts.ts";
+import { setKeyBudget, setTenantBudget } from "../store/budgets.ts";
 import { setTenantLimits } from "../store/limits.ts";
+import { writeUsage } from "../store/usage_rollups.ts";
+import { createWebhook } from "../store/webhooks.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createInvite, createUser } from "../store/users.ts";
 import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
@@ -139,6 +143,36 @@ const COVERAGE: Record<string, Cover> = {
   "POST /api/admin/v1/links/test-all": { kind: "platform-only" },
   "GET /api/admin/v1/links": { kind: "platform-only" },
   "GET /api/admin/v1/links/progress": { kind: "platform-only" },
+  // budgets, alerts and webhooks
+  "GET /api/admin/v1/tenants/:id/budgets": { kind: "tenant-b" },
+  "PUT /api/admin/v1/tenants/:id/budgets/:unit": { kind: "tenant-b" },
+  "DELETE /api/admin/v1/tenants/:id/budgets/:unit": { kind: "tenant-b" },
+  "PUT /api/admin/v1/keys/:id/budgets/:unit": { kind: "tenant-b" },
+  "DELETE /api/admin/v1/keys/:id/budgets/:unit": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/alerts": { kind: "tenant-b" },
+  "POST /api/admin/v1/tenants/:id/alerts/:alertId/ack": { kind: "tenant-b" },
+  "GET /api/admin/v1/alerts": { kind: "platform-only" },
+  "GET /api/admin/v1/tenants/:id/webhooks": { kind: "tenant-b" },
+  "POST /api/admin/v1/tenants/:id/webhooks": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/webhooks/deliveries": { kind: "tenant-b" },
+  "DELETE /api/admin/v1/tenants/:id/webhooks/:webhookId": { kind: "tenant-b" },
+  "GET /api/admin/v1/webhooks": { kind: "platform-only" },
+  "POST /api/admin/v1/webhooks": { kind: "platform-only" },
+  "GET /api/admin/v1/webhooks/deliveries": { kind: "platform-only" },
+  "DELETE /api/admin/v1/webhooks/:webhookId": { kind: "platform-only" },
+  "GET /tenants/:id/budgets": { kind: "tenant-b" },
+  "POST /tenants/:id/budgets": { kind: "tenant-b" },
+  "POST /tenants/:id/budgets/delete": { kind: "tenant-b" },
+  "POST /tenants/:id/alerts/:alertId/ack": { kind: "tenant-b" },
+  "POST /tenants/:id/webhooks": { kind: "tenant-b" },
+  "POST /tenants/:id/webhooks/:webhookId/delete": { kind: "tenant-b" },
+  "GET /alerts": { kind: "own" },
+  "GET /alerts/webhooks": { kind: "own" },
+  "GET /alerts/webhooks/:rest{.*}": { kind: "own" },
+  "GET /tenants/:id/:what{budgets/delete|webhooks|webhooks/[^/]+/delete|alerts/[^/]+/ack}":
+    { kind: "tenant-b" },
+  "POST /alerts/webhooks": { kind: "platform-only" },
+  "POST /alerts/webhooks/:webhookId/delete": { kind: "platform-only" },
 };
 
 interface Caller {
@@ -198,6 +232,33 @@ async function seedB(
     role: "tenant_viewer",
     tenantId: b.id,
   })).invite.id;
+  // B's budgets, a webhook, and an alert (with its delivery queued)
+  await setTenantBudget(w.store, SYSTEM, b.id, "money", { amount: "4321.98" });
+  await setTenantBudget(w.store, SYSTEM, b.id, "tokens", {
+    amount: 5,
+    thresholds: [10],
+  });
+  await setKeyBudget(w.store, SYSTEM, apiKey.id, "tokens", { amount: 4 });
+  bWebhookId = (await createWebhook(w.store, SYSTEM, b.id, {
+    url: "https://globex-hooks.example/orchard",
+  }, false)).webhook.id;
+  await writeUsage(w.store, [{
+    id: "b-usage",
+    at: new Date().toISOString(),
+    requestId: "b-req",
+    tenantId: b.id,
+    keyId: apiKey.id,
+    model: "m",
+    nodeId: null,
+    endpoint: "chat",
+    promptTokens: 3,
+    completionTokens: 3,
+    latencyMs: 1,
+    ttftMs: 1,
+    status: 200,
+    outcome: "ok",
+  }]);
+  bAlertId = (await checkBudgets(w.store, b.id))[0]!.id;
   const snapshot = async () => {
     const parts: unknown[] = [];
     for (
@@ -213,6 +274,11 @@ async function seedB(
         ["tenant_invite", b.id],
         ["invite", bInviteId],
         ["user_password_reset", bUserId],
+        ["budget", b.id],
+        ["budget_alert", b.id],
+        ["webhook_by_owner", b.id],
+        ["webhook", bWebhookId],
+        ["webhook_delivery_by_owner", b.id],
       ]
     ) {
       for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
@@ -234,6 +300,8 @@ async function seedB(
         apiKey.id,
         "7654321",
         "7,654,321", // as the portal shows it
+        "4321.98",
+        "globex-hooks",
       ],
       snapshot,
     },
@@ -243,10 +311,14 @@ async function seedB(
 let bUserId = "";
 let bTokenId = "";
 let bInviteId = "";
+let bWebhookId = "";
+let bAlertId = "";
 
 function fill(path: string, tenantId: string, keyId: string): string {
   return path.replace(":tokenId", bTokenId).replace(":inviteId", bInviteId)
     .replace(":keyId", keyId).replace(":token", "x.y")
+    .replace(":unit", "money").replace(":alertId", bAlertId)
+    .replace(":webhookId", bWebhookId)
     .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
     .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId)
     .replace(":month", new Date().toISOString().slice(0, 7));
@@ -352,6 +424,9 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
       `/api/admin/v1/admin-tokens?tenant=${w.tenantB.id}`,
       `/api/admin/v1/users?tenant=${w.tenantB.id}`,
       `/api/admin/v1/invites?tenant=${w.tenantB.id}`,
+      `/api/admin/v1/tenants/${w.tenantB.id}/budgets`,
+      `/api/admin/v1/tenants/${w.tenantB.id}/alerts`,
+      `/api/admin/v1/tenants/${w.tenantB.id}/webhooks/deliveries`,
     ]
   ) {
     const res = await w.app.request(path, { headers: h });

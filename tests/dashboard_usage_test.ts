@@ -1,6 +1,9 @@
 /** Usage reports: the admin API, the /usage page and quota status, read from rollups. */
 import assert from "node:assert/strict";
 import { setTenantLimits } from "../store/limits.ts";
+import { formatMoney, perMillion, toCents } from "../store/money.ts";
+import { setPricing } from "../store/pricing.ts";
+import { buildStatement } from "../store/statements.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { Admitter, limitPlan } from "../store/quota/mod.ts";
 import type { UsageRecord } from "../store/usage.ts";
@@ -219,6 +222,157 @@ Deno.test("/usage renders charts with data, top tenants, quota status (also on t
     const bad = await get(`/usage?granularity=minute`);
     assert.equal(bad.status, 400);
     assert.match(await bad.text(), /granularity: must be hour or day/);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("the usage page's cost of a calendar month is the statement's token lines, per key and per model too", async () => {
+  const w = await createWorld();
+  try {
+    await setPricing(w.store, SYSTEM, {
+      currency: "EUR",
+      models: [
+        {
+          model: "tiny",
+          promptPerMillion: "0.333",
+          completionPerMillion: "1.7",
+        },
+        {
+          model: "big",
+          promptPerMillion: "12.5",
+          completionPerMillion: "37.49",
+        },
+      ],
+      cluster: {
+        hardwarePricePerNode: "0",
+        amortisationMonths: 36,
+        idleWatts: 0,
+        busyWatts: 0,
+        tariffPerKwh: "0",
+      },
+    });
+    const at = (d: number, h = 12) =>
+      new Date(Date.UTC(2026, 8, d, h)).toISOString();
+    await writeUsage(w.store, [
+      rec(w, 0, {
+        id: "s1",
+        at: at(1, 0),
+        promptTokens: 123_457,
+        completionTokens: 98_765,
+      }),
+      rec(w, 0, {
+        id: "s2",
+        at: at(15),
+        keyId: "key2",
+        promptTokens: 7_777,
+        completionTokens: 3_333,
+      }),
+      rec(w, 0, {
+        id: "s3",
+        at: at(30, 23),
+        model: "big",
+        promptTokens: 45_001,
+        completionTokens: 12_345,
+      }),
+      rec(w, 0, {
+        id: "s4",
+        at: at(20),
+        keyId: "key2",
+        model: "big",
+        promptTokens: 999,
+        completionTokens: 1,
+      }),
+      rec(w, 0, { id: "s5", at: at(21), model: "unpriced", promptTokens: 50 }),
+      // outside the month, and another tenant
+      rec(w, 0, {
+        id: "s6",
+        at: "2026-08-31T23:59:59.000Z",
+        promptTokens: 1e6,
+      }),
+      rec(w, 0, {
+        id: "s7",
+        at: "2026-10-01T00:00:00.000Z",
+        promptTokens: 1e6,
+      }),
+      rec(w, 0, {
+        id: "s8",
+        at: at(10),
+        tenantId: w.tenantB.id,
+        promptTokens: 1e6,
+      }),
+    ]);
+    const statement = await buildStatement(
+      w.store,
+      SYSTEM,
+      w.tenantA.id,
+      "2026-09",
+    );
+    const tokenLines = statement.lines.filter((l) =>
+      l.kind === "prompt_tokens" || l.kind === "completion_tokens"
+    );
+    const total = tokenLines.reduce((a, l) => a + l.amountMicro, 0);
+    assert.ok(total > 0);
+    const month = "from=2026-09-01&to=2026-09-30";
+    for (const g of ["day", "hour"]) {
+      const res = await api(
+        w,
+        "GET",
+        `/usage?tenant=acme&${month}&granularity=${g}`,
+        w.tokens.adminA,
+      );
+      assert.equal(res.status, 200);
+      const { spend } = await res.json();
+      assert.equal(spend.totalMicro, total, `by ${g}`);
+      assert.equal(spend.currency, "EUR");
+      for (const m of spend.byModel) {
+        const mine = tokenLines.filter((l) =>
+          l.description.startsWith(`${m.model} `)
+        );
+        assert.equal(
+          m.amountMicro,
+          mine.reduce((a, l) => a + l.amountMicro, 0),
+          m.model,
+        );
+      }
+      const byKey = Object.fromEntries(
+        spend.byKey.map((k: { keyId: string; amountMicro: number }) => [
+          k.keyId,
+          k.amountMicro,
+        ]),
+      );
+      // key2: 7,777 × 0.333 + 3,333 × 1.7 (tiny), 999 × 12.5 + 1 × 37.49 (big)
+      assert.equal(
+        byKey.key2,
+        toCents(perMillion(7_777, 333_000)) +
+          toCents(perMillion(3_333, 1_700_000)) +
+          toCents(perMillion(999, 12_500_000)) +
+          toCents(perMillion(1, 37_490_000)),
+      );
+      assert.ok(byKey.key1 > 0);
+    }
+    const key2 = await (await api(
+      w,
+      "GET",
+      `/usage?tenant=acme&key=key2&${month}&granularity=day`,
+      w.tokens.platform,
+    )).json();
+    assert.deepEqual(
+      key2.spend.byModel.map((m: { model: string }) => m.model),
+      ["big", "tiny"],
+    );
+    const admin = await portalLogin(w, "a-admin@example.com");
+    const html = await (await w.app.request(
+      `/usage?${month}&granularity=day`,
+      { headers: { cookie: admin.cookie } },
+    )).text();
+    assert.match(
+      html,
+      new RegExp(`data-testid="usage-cost">${formatMoney(total)} EUR<`),
+    );
+    assert.match(html, /data-spend-key="key2"/);
+    assert.match(html, /No price is set for model unpriced/);
+    assert.doesNotMatch(html, /Globex/);
   } finally {
     await w.close();
   }

@@ -27,6 +27,7 @@ import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
 import { ValidationError } from "../../store/errors.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
+import { addBudgetRoutes } from "./budgets.ts";
 import { openApiDocument } from "./openapi.ts";
 
 /** Authenticates `Authorization: Bearer <admin token>`. */
@@ -215,5 +216,6 @@ export function createAdminApi(): Hono<AdminEnv> {
         await setPricing(store(c), c.get("principal"), await readJson(c)),
       ),
   );
+  addBudgetRoutes(api);
   return api;
 }

@@ -234,6 +234,11 @@ export function openApiDocument() {
                 query: { type: "object" },
                 totals: { type: "object" },
                 series: { type: "array", items: { type: "object" } },
+                spend: {
+                  type: "object",
+                  description:
+                    "What the range cost at the statement's prices (micro-units): totalMicro, byModel, byKey (a tenant's), currency, notes",
+                },
               },
             },
           },

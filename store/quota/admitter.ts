@@ -167,15 +167,21 @@ export class Admitter implements AsyncDisposable {
    * Settles a reservation to the actual usage (clamped to the grant) off
    * the client's path: one admitted from a lease in memory, any other
    * after up to `settleDelayMs`, sharing one commit with other
-   * settlements. Resolves false when it was already settled or reclaimed;
-   * rejects when KV fails.
+   * settlements. `actualMoney` is what the tokens cost (micro-units), for
+   * a reservation that holds money (spend rules; never a lease's).
+   * Resolves false when it was already settled or reclaimed; rejects when
+   * KV fails.
    */
-  settle(r: Reservation, actualTokens: number): Promise<boolean> {
+  settle(
+    r: Reservation,
+    actualTokens: number,
+    actualMoney = 0,
+  ): Promise<boolean> {
     if (r.lease) {
       this.#book.settle(r.lease, r, actualTokens);
       return Promise.resolve(true);
     }
-    return this.#settlements.settle(r, actualTokens);
+    return this.#settlements.settle(r, actualTokens, actualMoney);
   }
 
   /**

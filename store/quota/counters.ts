@@ -63,6 +63,7 @@ export function viewOf(rules: Rule[], cs: Counter[], now: number): QuotaView {
     month: 2,
     rpm: 0,
     concurrency: 9,
+    spend: 9,
   };
   let tokenRank = 9;
   for (let i = 0; i < rules.length; i++) {
@@ -174,4 +175,30 @@ export class CounterCache {
     const v = this.#released.get(id);
     if (v !== undefined) this.#released.set(id, v + n);
   }
+}
+
+/**
+ * Starts a window's usage at `value` when nothing counted in it yet: a
+ * budget set in the middle of its month counts what was spent before it
+ * (its admission counter is created, as admission would, only if absent:
+ * a gateway that cached it absent fails its check and reads it again).
+ * Resolves whether it was set.
+ */
+export async function seedCounter(
+  store: Store,
+  subject: string,
+  window: string,
+  value: number,
+  now = Date.now(),
+): Promise<boolean> {
+  if (!(value > 0)) return false;
+  const key = k.quotaCounter(subject, window);
+  const res = await store.kv.atomic()
+    .check({ key, versionstamp: null })
+    .check({ key: k.quotaCounter(subject, rel(window)), versionstamp: null })
+    .set(key, new Deno.KvU64(BigInt(Math.round(value))), {
+      expireIn: windowEnd(window) - now + 86_400_000,
+    })
+    .commit();
+  return res.ok;
 }

@@ -7,6 +7,7 @@ import type {
   AdmissionRequest,
   StoredReservation,
 } from "./types.ts";
+import { affordableTokens, worstCost } from "./spend.ts";
 import { DAY, isTokenRule } from "./windows.ts";
 
 /** What a decision needs of its admitter. */
@@ -30,18 +31,30 @@ export function decide(
   by: Decider,
 ): Admission {
   const rules = req.plan.rules;
+  // The most tokens each rule lets this request take (a spend rule: as
+  // many as its room pays for), and the grant: the least of them.
+  const rooms: number[] = [];
   let grant = req.tokens;
   for (let i = 0; i < rules.length; i++) {
     const r = rules[i]!;
-    if (isTokenRule(r.kind)) grant = Math.min(grant, r.limit - used(cs[i]!));
+    const room = isTokenRule(r.kind)
+      ? r.limit - used(cs[i]!)
+      : r.kind === "spend"
+      ? affordableTokens(req.price, r.limit - used(cs[i]!))
+      : Infinity;
+    rooms.push(room);
+    grant = Math.min(grant, room);
   }
   for (let i = 0; i < rules.length; i++) {
     const r = rules[i]!;
-    const over = isTokenRule(r.kind)
-      ? grant < req.minTokens || grant <= 0
+    const room = rooms[i]!;
+    const over = isTokenRule(r.kind) || r.kind === "spend"
+      ? room < req.minTokens || room <= 0 || req.tokens <= 0 ||
+        req.tokens < req.minTokens
       : used(cs[i]!) + 1 > r.limit;
     if (over) {
-      const quota = r.kind === "day" || r.kind === "month";
+      const quota = r.kind === "day" || r.kind === "month" ||
+        r.kind === "spend";
       return {
         ok: false,
         reason: quota ? "quota" : "rate",
@@ -55,8 +68,10 @@ export function decide(
       };
     }
   }
+  const money = worstCost(req.price, grant);
   const tokenCounters: [string, string][] = [];
   const concCounters: [string, string][] = [];
+  const moneyCounters: [string, string][] = [];
   for (let i = 0; i < rules.length; i++) {
     const r = rules[i]!;
     const c = cs[i]!;
@@ -64,13 +79,19 @@ export function decide(
     if (isTokenRule(r.kind)) {
       c.added += grant;
       tokenCounters.push([r.subject, window]);
+    } else if (r.kind === "spend") {
+      c.added += money;
+      moneyCounters.push([r.subject, window]);
     } else {
       c.added += 1;
       if (r.kind === "concurrency") concCounters.push([r.subject, window]);
     }
   }
   const view = viewOf(rules, cs, now);
-  if (tokenCounters.length === 0 && concCounters.length === 0) {
+  if (
+    tokenCounters.length === 0 && concCounters.length === 0 &&
+    moneyCounters.length === 0
+  ) {
     return { ok: true, reservation: null, view };
   }
   const deadline = now + req.ttlMs;
@@ -85,6 +106,15 @@ export function decide(
     tokenCounters,
     concCounters,
   };
+  if (moneyCounters.length > 0) {
+    stored.money = money;
+    // A reclaimed request is billed its prompt estimate: at the prompt price.
+    stored.reclaimMoney = Math.min(
+      money,
+      worstCost(req.price, stored.reclaimTokens),
+    );
+    stored.moneyCounters = moneyCounters;
+  }
   op.set(k.reservation(id), stored, { expireIn: req.ttlMs + 7 * DAY });
   return {
     ok: true,
@@ -94,6 +124,7 @@ export function decide(
       tokens: grant,
       tokenCounters,
       concCounters,
+      ...(moneyCounters.length > 0 ? { money, moneyCounters } : {}),
     },
     view,
   };

@@ -201,6 +201,9 @@ export function grantLease(g: LeaseGrant, terms: LeaseTerms): Lease | null {
   const { leaseMs, maxLease } = terms;
   if (leaseMs <= 0) return null;
   const rules = req.plan.rules;
+  // A spend rule's requests cost what their model's prices say: each one
+  // is admitted by a commit, none prepaid.
+  if (rules.some((r) => r.kind === "spend")) return null;
   let windowEnd = Infinity;
   rules.forEach((r, i) => {
     if (r.kind !== "concurrency") windowEnd = Math.min(windowEnd, cs[i]!.end);

@@ -4,11 +4,12 @@
  */
 export { Admitter, type AdmitterOptions } from "./admitter.ts";
 export { CHECKPOINT_MS } from "./checkpoints.ts";
-export { counterValue } from "./counters.ts";
+export { counterValue, seedCounter } from "./counters.ts";
 export { Lease } from "./lease.ts";
-export { limitPlan } from "./plan.ts";
+export { type HardBudgets, limitPlan } from "./plan.ts";
 export { countReservations, reclaimExpired, reclaimOwned } from "./reclaim.ts";
 export { settle } from "./settlement.ts";
+export { billedCost, worstCost } from "./spend.ts";
 export { QUOTA_WARN_PERCENT, quotaStatus, type QuotaUse } from "./status.ts";
 export {
   type Admission,
@@ -16,6 +17,7 @@ export {
   type LimitPlan,
   QuotaUnavailableError,
   type QuotaView,
+  type RequestPrice,
   type Reservation,
   type Rule,
   type RuleKind,

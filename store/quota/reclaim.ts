@@ -65,7 +65,8 @@ export async function reclaimOwned(
 
 /**
  * Settles a reservation nobody else will: bills its `reclaimTokens` (a
- * request's prompt estimate) or a lease's checkpoint, and gives back the
+ * request's prompt estimate; in money, `reclaimMoney`, the estimate at the
+ * prompt price) or a lease's checkpoint, and gives back the
  * rest of its tokens, all its slots and a lease's requests not admitted,
  * into windows not ended. False when it was settled meanwhile.
  */
@@ -86,6 +87,13 @@ async function reclaimOne(
   releaseTo(rs, v.tokenCounters, v.tokens - billed);
   releaseTo(rs, v.concCounters, v.units ?? 1);
   releaseTo(rs, v.reqCounters ?? [], requests - counted);
+  if (v.money !== undefined && v.moneyCounters) {
+    releaseTo(
+      rs,
+      v.moneyCounters,
+      v.money - Math.min(v.money, v.reclaimMoney ?? 0),
+    );
+  }
   const op = store.kv.atomic().check(e).delete(e.key);
   if (lease) op.delete(useKey);
   const added = live(rs, now);

@@ -38,12 +38,23 @@ export interface PendingSettle {
   reject: (e: unknown) => void;
 }
 
-/** What settling `r` at `actual` adds to each release counter. */
-export function releases(r: Reservation, actual: number): Release[] {
+/**
+ * What settling `r` at `actual` tokens (costing `actualMoney` micro-units,
+ * for a reservation holding money) adds to each release counter.
+ */
+export function releases(
+  r: Reservation,
+  actual: number,
+  actualMoney = 0,
+): Release[] {
   const used = Math.max(0, Math.min(r.tokens, Math.ceil(actual)));
   const out: Release[] = [];
   releaseTo(out, r.tokenCounters, r.tokens - used);
   releaseTo(out, r.concCounters, 1);
+  if (r.money !== undefined && r.moneyCounters) {
+    const spent = Math.max(0, Math.min(r.money, Math.ceil(actualMoney)));
+    releaseTo(out, r.moneyCounters, r.money - spent);
+  }
   return out;
 }
 
@@ -55,12 +66,13 @@ export function settle(
   store: Store,
   r: Reservation,
   actualTokens: number,
+  actualMoney = 0,
 ): Promise<boolean> {
   return settleOne(
     store,
     r.id,
     r.versionstamp,
-    live(releases(r, actualTokens), Date.now()),
+    live(releases(r, actualTokens, actualMoney), Date.now()),
   );
 }
 
@@ -131,12 +143,16 @@ export class SettlementQueue {
    * after up to `settleDelayMs`. Resolves false when it was already
    * settled or reclaimed; rejects when KV fails.
    */
-  settle(r: Reservation, actualTokens: number): Promise<boolean> {
+  settle(
+    r: Reservation,
+    actualTokens: number,
+    actualMoney = 0,
+  ): Promise<boolean> {
     return new Promise((resolve, reject) =>
       this.queue({
         id: r.id,
         versionstamp: r.versionstamp,
-        releases: releases(r, actualTokens),
+        releases: releases(r, actualTokens, actualMoney),
         resolve,
         reject,
       })

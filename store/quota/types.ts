@@ -1,14 +1,40 @@
 /** The shapes of admission: rules and plans, requests, reservations, outcomes. */
 import type { Lease } from "./lease.ts";
 
-/** The kind of a limit rule and so of its window. */
-export type RuleKind = "rpm" | "tpm" | "concurrency" | "day" | "month";
+/**
+ * The kind of a limit rule and so of its window. `spend` counts money
+ * (micro-units: tokens at the model's prices) in a calendar month.
+ */
+export type RuleKind =
+  | "rpm"
+  | "tpm"
+  | "concurrency"
+  | "day"
+  | "month"
+  | "spend";
 
 /** One limit to enforce: `subject` is `t:<tenantId>` or `k:<keyId>`. */
 export interface Rule {
   subject: string;
   kind: RuleKind;
   limit: number;
+  /**
+   * Set when the rule is a hard budget (store/budgets.ts) rather than a
+   * limit: its refusal names the budget.
+   */
+  budget?: boolean;
+}
+
+/**
+ * The prices a request's spend is counted at (micro-units per 1M tokens,
+ * store/pricing.ts), and its prompt's upper bound: its worst case in money
+ * is `prompt` at the prompt price plus the rest of its tokens at the
+ * completion price.
+ */
+export interface RequestPrice {
+  prompt: number;
+  promptPerMillion: number;
+  completionPerMillion: number;
 }
 
 /** The precomputed rules of one (tenant, key); at most 10 (one check each). */
@@ -32,6 +58,8 @@ export interface AdmissionRequest {
    * its owner lives (a settlement that failed).
    */
   ttlMs: number;
+  /** Its prices, for plans with `spend` rules (absent: it costs nothing). */
+  price?: RequestPrice;
 }
 
 /** A granted reservation, settled exactly once. */
@@ -43,6 +71,9 @@ export interface Reservation {
   /** Counters holding tokens (`[subject, window]`) and the concurrency counters. */
   tokenCounters: [string, string][];
   concCounters: [string, string][];
+  /** Money (micro-units) held in each of `moneyCounters` (spend rules). */
+  money?: number;
+  moneyCounters?: [string, string][];
   /** Set when admitted from this process's lease: it settles in memory. */
   lease?: Lease;
   /** Admitted from a lease: what its checkpoint bills for it while in flight. */
@@ -60,7 +91,7 @@ export type Admission =
   | { ok: true; reservation: Reservation | null; view: QuotaView }
   | {
     ok: false;
-    /** "rate": retry later (rpm, tpm, concurrency); "quota": day/month exhausted. */
+    /** "rate": retry later (rpm, tpm, concurrency); "quota": day/month/spend exhausted. */
     reason: "rate" | "quota";
     rule: Rule;
     retryAfterMs: number;
@@ -97,6 +128,10 @@ export interface StoredReservation {
   requests?: number;
   reclaimRequests?: number;
   reqCounters?: [string, string][];
+  /** Money it holds in each of `moneyCounters`, and that billed if reclaimed (spend rules). */
+  money?: number;
+  reclaimMoney?: number;
+  moneyCounters?: [string, string][];
 }
 
 /** A lease's checkpoint (k.reservationUse): what a reclaim bills it. */

@@ -1,7 +1,7 @@
 /**
  * Windows: each rule counts in a window named by its kind and start
- * (`rpm:2025-01-31T12:34`, `day:2025-01-31`, `month:2025-01`, `conc`),
- * part of its counters' keys.
+ * (`rpm:2025-01-31T12:34`, `day:2025-01-31`, `month:2025-01`,
+ * `spend:2025-01`, `conc`), part of its counters' keys.
  */
 import type { RuleKind } from "./types.ts";
 
@@ -24,7 +24,7 @@ export function windowEnd(w: string): number {
     if (kind === "rpm" || kind === "tpm") {
       end = Date.parse(`${at}:00Z`) + MINUTE;
     } else if (kind === "day") end = Date.parse(`${at}T00:00:00Z`) + DAY;
-    else if (kind === "month") {
+    else if (kind === "month" || kind === "spend") {
       const d = new Date(`${at}-01T00:00:00Z`);
       end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
     }
@@ -51,7 +51,7 @@ export function windowOf(kind: RuleKind, now: number): [string, number] {
     [name, start] = [`day:${iso.slice(0, 10)}`, now - (now % DAY)];
     end = start + DAY;
   } else {
-    name = `month:${iso.slice(0, 7)}`;
+    name = `${kind}:${iso.slice(0, 7)}`;
     start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
     end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
   }
