@@ -33,6 +33,8 @@ export interface Flash {
    * nothing, and the first post's answer may never have been shown.
    */
   again?: boolean;
+  /** A page's own once-shown value (see `setOnce`). */
+  data?: unknown;
 }
 
 /** How long a flash waits for its page. */
@@ -127,6 +129,26 @@ export async function redirectWithFlash(
   await put(c, NAME, pathOf(location), flash);
   c.header("cache-control", "no-store");
   return c.redirect(location, 303);
+}
+
+/**
+ * Leaves a page's own value for its next GET at `path` (a new admin token,
+ * a reset link): the same encrypted one-time cookie as a flash; the caller
+ * redirects there. `takeOnce` reads it back.
+ */
+export async function setOnce(
+  c: Context<PortalEnv>,
+  path: string,
+  value: unknown,
+): Promise<void> {
+  await put(c, NAME, path, { data: value });
+  c.header("cache-control", "no-store");
+}
+
+/** Takes (and clears) the value `setOnce` left for this page; null if none. */
+export async function takeOnce<T>(c: Context<PortalEnv>): Promise<T | null> {
+  const f = await takeFlash(c);
+  return (f.data as T | undefined) ?? null;
 }
 
 /** Answers a repeated post (already done): 303 to where the first went, saying so. */

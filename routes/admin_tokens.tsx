@@ -29,7 +29,7 @@ import { ServiceError } from "../store/errors.ts";
 import { isPlatform, type Role } from "../store/principal.ts";
 import { getTenantRaw, listTenants, type Tenant } from "../store/tenants.ts";
 import type { PortalEnv } from "./_env.ts";
-import { setOnce, takeOnce } from "./_once.ts";
+import { setOnce, takeOnce } from "./_flash.tsx";
 import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
@@ -275,7 +275,7 @@ async function view(
 
 /** `/admin-tokens` pages and their form posts. */
 export const adminTokenRoutes = new Hono<PortalEnv>()
-  .get("/", async (c) => view(c, (await takeOnce<Once>(c, PATH)) ?? {}))
+  .get("/", async (c) => view(c, (await takeOnce<Once>(c)) ?? {}))
   // A form's address opened by hand (a reload of an old POST): its page.
   .get("/:tokenId/revoke", (c) => c.redirect(PATH, 303))
   .post("/", async (c) => {

@@ -37,7 +37,7 @@ import {
   setUserDisabled,
 } from "../store/users.ts";
 import type { PortalEnv } from "./_env.ts";
-import { setOnce, takeOnce } from "./_once.ts";
+import { setOnce, takeOnce } from "./_flash.tsx";
 import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
@@ -333,7 +333,7 @@ async function act(c: C, fn: () => Promise<Once>) {
 
 /** `/users` pages and their form posts. */
 export const userRoutes = new Hono<PortalEnv>()
-  .get("/", async (c) => view(c, (await takeOnce<Once>(c, PATH)) ?? {}))
+  .get("/", async (c) => view(c, (await takeOnce<Once>(c)) ?? {}))
   // A form's address opened by hand (a reload of an old POST): its page.
   .get("/invites", (c) => c.redirect(PATH, 303))
   .get(
