@@ -57,7 +57,12 @@ export function createOrchard(opts: OrchardOptions): Orchard {
   const gateway = createGateway({ store, config, fleet }, opts.gateway);
   // One link-test runner, so the API and the mesh page share its progress.
   const links = createLinkTests({ store, fleet });
-  const fleetPages = { fleet, links, liveIntervalMs: opts.liveIntervalMs };
+  const fleetPages = {
+    fleet,
+    links,
+    liveIntervalMs: opts.liveIntervalMs,
+    queued: () => gateway.core.router.queued,
+  };
   const app = createOrchardApp({ store, config }, opts.islands, {
     gateway: gateway.app,
     parts: [{

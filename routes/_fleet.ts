@@ -12,6 +12,8 @@ export interface FleetPagesDeps {
   links: LinkTests;
   /** How often the live endpoint pushes node state (default 2000 ms). */
   liveIntervalMs?: number;
+  /** Requests waiting for a node slot at this gateway (its router's queue). */
+  queued?: () => number;
 }
 
 /** Hardware facts from a probe (`orchard.probe/1` under `native`, or the basic one). */

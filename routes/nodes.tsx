@@ -217,6 +217,7 @@ async function view(
   c: C,
   flash: Flash = {},
   error?: string,
+  queued: number | null = null,
 ) {
   const p = c.get("principal")!;
   const nodes = await listNodes(c.get("deps").store, p);
@@ -232,7 +233,17 @@ async function view(
       <>
         <h1>Nodes</h1>
         <p class="sub row" style="justify-content:space-between">
-          <span>The Macs serving models, their hardware and load.</span>
+          <span>
+            The Macs serving models, their hardware and load.
+            {queued !== null && (
+              <span data-field="gateway-queue">
+                {" "}Waiting for a slot at this gateway:{" "}
+                <strong>{queued}</strong>
+                {queued > 0 &&
+                  " (more nodes or slots would serve them sooner)"}.
+              </span>
+            )}
+          </span>
           <Island
             name="NodesLive"
             component={NodesLive}
@@ -360,7 +371,11 @@ export function createNodesPages(deps: FleetPagesDeps): Hono<PortalEnv> {
       requirePlatform(c.get("principal")!);
       await next();
     })
-    .get("/", async (c) => view(c, await takeFlash(c)))
+    .get(
+      "/",
+      async (c) =>
+        view(c, await takeFlash(c), undefined, deps.queued?.() ?? null),
+    )
     .get("/:id/drain", toPage("nodes"))
     .get("/:id/undrain", toPage("nodes"))
     .get("/:id/remove", toPage("nodes"))
