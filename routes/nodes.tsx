@@ -236,9 +236,8 @@ async function view(
           <span>
             The Macs serving models, their hardware and load.
             {queued !== null && (
-              <span data-field="gateway-queue">
-                {" "}Waiting for a slot at this gateway:{" "}
-                <strong>{queued}</strong>
+              <span data-field="gateway-queue" style="margin-left:6px">
+                Waiting for a slot at this gateway: <strong>{queued}</strong>
                 {queued > 0 &&
                   " (more nodes or slots would serve them sooner)"}.
               </span>

@@ -634,7 +634,10 @@ Deno.test("portal nodes page: a platform admin dedicates a node to a tenant and 
     const page = await (await root.get("/nodes")).text();
     assert.match(page, new RegExp(`value="${w.tenantA.id}" selected`));
     // The gateway's own queue (requests waiting for a node slot) is shown.
-    assert.match(page, /Waiting for a slot at this gateway: <strong>0<\/strong>/);
+    assert.match(
+      page,
+      /Waiting for a slot at this gateway: <strong>0<\/strong>/,
+    );
     const back = await root.post(`/nodes/${node.id}/dedication`, {
       tenantId: "",
     });
