@@ -65,6 +65,16 @@ function streamError(e: unknown, call: StreamCall): OpenAIError {
   });
 }
 
+/** How long the end of a node's body may take to come after its `[DONE]`. */
+const DRAIN_MS = 100;
+
+/** Reads a node stream to its end after `[DONE]`; gives up (the connection is then closed) on anything else. */
+async function drainEnd(reader: StreamCall["reader"]): Promise<void> {
+  try {
+    if (await reader.next(DRAIN_MS) === null) return;
+  } catch { /* timed out or broke off */ }
+}
+
 /** Builds the streaming Response relaying `call` through `sink`. */
 export function relayStream(
   ex: Exchange,
@@ -85,6 +95,7 @@ export function relayStream(
         }
       };
       let err: OpenAIError | null = null;
+      let done = false;
       /** Frames made from the node's events and not yet sent (see below). */
       let pending = "";
       try {
@@ -108,7 +119,6 @@ export function relayStream(
             }
           }
         }
-        let done = false;
         while (data !== null) {
           if (data === "[DONE]") {
             done = true;
@@ -142,14 +152,25 @@ export function relayStream(
           code: err.code,
         });
       }
-      call.reader.cancel();
-      call.close();
+      if (!done) {
+        call.reader.cancel();
+        call.close();
+      }
       if (!err && !cancelled && sink.complete) await sink.complete();
       send(pending + (err ? sink.error(err) : sink.end()));
       if (!cancelled) {
         try {
           controller.close();
         } catch { /* already closed */ }
+      }
+      if (done) {
+        // The client has everything; reading the node body's end (the
+        // chunked terminator, nearly always here already) lets the node
+        // connection go back to the pool instead of being closed, which
+        // cost a TCP connect and teardown per stream.
+        await drainEnd(call.reader);
+        call.reader.cancel();
+        call.close();
       }
       ex.finish();
     },
