@@ -46,6 +46,8 @@ export interface ScriptedUpstream {
   aborted: number;
   /** Request ids the gateway cancelled (`DELETE /orchard/requests/{id}`). */
   cancels: string[];
+  /** The client ports requests came from: one per TCP connection the gateway opened. */
+  peers: Set<number>;
   script: Script;
   close(): Promise<void>;
 }
@@ -59,6 +61,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
     requests: [],
     aborted: 0,
     cancels: [],
+    peers: new Set(),
     script,
     close: async () => {},
   };
@@ -71,7 +74,8 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       // this, Deno's server prints each one's stack to the test output.
       onError: () => new Response(null, { status: 500 }),
     },
-    async (req) => {
+    async (req, info) => {
+      up.peers.add((info.remoteAddr as Deno.NetAddr).port);
       const path = new URL(req.url).pathname;
       if (req.method === "DELETE" && path.startsWith("/orchard/requests/")) {
         up.cancels.push(decodeURIComponent(path.slice(18)));

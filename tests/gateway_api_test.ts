@@ -76,6 +76,23 @@ Deno.test("chat stream strips the node's usage chunk unless include_usage is ask
   }
 });
 
+Deno.test("streams reuse the gateway's connection to the node: one TCP connection for 20 sequential streams", async () => {
+  const w = await createWorld();
+  try {
+    for (let i = 0; i < 20; i++) {
+      const res = await w.post("/v1/chat/completions", chat({ stream: true }));
+      assert.equal(res.status, 200);
+      const { data } = await readSSE(res);
+      assert.equal(data.at(-1), "[DONE]");
+    }
+    // The node body's end is read after [DONE], so the connection goes back
+    // to the pool; closing it cost a connect and a teardown per stream.
+    assert.equal(w.up.peers.size, 1);
+  } finally {
+    await w.close();
+  }
+});
+
 Deno.test("the first delta of a tool call carries id, type and function.name", async () => {
   const w = await createWorld({
     script: {
