@@ -68,13 +68,6 @@ function streamError(e: unknown, call: StreamCall): OpenAIError {
 /** How long the end of a node's body may take to come after its `[DONE]`. */
 const DRAIN_MS = 100;
 
-/** Reads a node stream to its end after `[DONE]`; gives up (the connection is then closed) on anything else. */
-async function drainEnd(reader: StreamCall["reader"]): Promise<void> {
-  try {
-    if (await reader.next(DRAIN_MS) === null) return;
-  } catch { /* timed out or broke off */ }
-}
-
 /** Builds the streaming Response relaying `call` through `sink`. */
 export function relayStream(
   ex: Exchange,
@@ -164,11 +157,9 @@ export function relayStream(
         } catch { /* already closed */ }
       }
       if (done) {
-        // The client has everything; reading the node body's end (the
-        // chunked terminator, nearly always here already) lets the node
-        // connection go back to the pool instead of being closed, which
-        // cost a TCP connect and teardown per stream.
-        await drainEnd(call.reader);
+        // The client has everything: read the node body's end (nearly
+        // always here already) so the connection is reused.
+        await call.reader.drain(DRAIN_MS);
         call.reader.cancel();
         call.close();
       }

@@ -277,6 +277,21 @@ export class SSEReader {
     return this.#parser.done;
   }
 
+  /**
+   * After the last event (`[DONE]`): waits up to `timeoutMs` for the
+   * body's end and says whether it came. Reading it lets the HTTP
+   * connection under the stream go back to its pool; cancelling first
+   * closes it, a TCP connect and teardown per stream. More events, an
+   * error or the time passing give false (the caller then cancels).
+   */
+  async drain(timeoutMs: number): Promise<boolean> {
+    try {
+      return await this.next(timeoutMs) === null;
+    } catch {
+      return false;
+    }
+  }
+
   /** Stops reading and releases the stream (a read in progress resolves as its end). */
   cancel(reason?: unknown): void {
     this.#reader.cancel(reason).catch(() => {});

@@ -165,6 +165,8 @@ export interface FakeUpstream {
   probes: string[];
   /** `GET /v1/models` calls so far (a refresh of the engine makes one). */
   listings: number;
+  /** The client ports generation requests came from: one per TCP connection. */
+  peers: Set<number>;
   close(): Promise<void>;
 }
 
@@ -204,7 +206,7 @@ export function startFakeUpstream(
   };
   const server = Deno.serve(
     { port: 0, hostname: "127.0.0.1", onListen: () => {} },
-    async (req) => {
+    async (req, info) => {
       const path = new URL(req.url).pathname;
       if (req.method === "GET" && path === "/v1/models") {
         const n = ++fake.listings;
@@ -254,7 +256,10 @@ export function startFakeUpstream(
           status: 400,
         });
       }
-      if (body.max_tokens !== 1) requests.push(body);
+      if (body.max_tokens !== 1) {
+        requests.push(body);
+        fake.peers.add((info.remoteAddr as Deno.NetAddr).port);
+      }
       if (body.messages?.[0]?.content === "bad") {
         return Response.json(
           { error: { message: "prompt too long", code: 400 } },
@@ -313,6 +318,22 @@ export function startFakeUpstream(
         finish: "stop",
         usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
       });
+      if (first === "late-end") {
+        // Every event at once, the body's end 20 ms later (as a server
+        // that writes the chunked terminator on its own does).
+        return new Response(
+          new ReadableStream({
+            async start(ctl) {
+              ctl.enqueue(enc.encode(
+                [chunk("Hi"), last, "[DONE]"].map((d) => sseFrame(d)).join(""),
+              ));
+              await new Promise((r) => setTimeout(r, 20));
+              ctl.close();
+            },
+          }),
+          { headers: { "content-type": "text/event-stream" } },
+        );
+      }
       if (!hold) return sse([chunk("Hi"), last, "[DONE]"]);
       const ended = holding();
       return new Response(
@@ -342,6 +363,7 @@ export function startFakeUpstream(
     unservable: new Set(["ghost-model"]),
     probes: [],
     listings: 0,
+    peers: new Set(),
     close: async () => {
       releaseHold();
       await server.shutdown();

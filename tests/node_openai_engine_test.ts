@@ -92,6 +92,24 @@ Deno.test("openai engine turns Exo's stream into exact chat.completion.chunk fra
   assert.deepEqual(t.up.requests[0]!.stream_options, { include_usage: true });
 });
 
+Deno.test("openai engine reuses its upstream connection across streams: one TCP connection for 10 sequential streams, even when the body's end comes after [DONE]", async () => {
+  await using t = await setup();
+  for (let i = 0; i < 10; i++) {
+    const res = await t.engine.chatCompletions({
+      model: "tiny-chat",
+      stream: true,
+      messages: [{ role: "user", content: "late-end" }],
+    }, signal());
+    const { data } = await readSse(res);
+    assert.equal(data.at(-1), "[DONE]");
+    // The next request comes once the body's end has come (here, 20 ms).
+    await new Promise((r) => setTimeout(r, 40));
+  }
+  // The upstream body's end is read after its [DONE], so fetch keeps the
+  // connection; cancelling the body first closed it each time.
+  assert.equal(t.up.peers.size, 1);
+});
+
 Deno.test("openai engine normalises non-stream responses and integer error codes", async () => {
   await using t = await setup();
   const ok = await t.engine.chatCompletions({

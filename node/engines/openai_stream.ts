@@ -168,6 +168,9 @@ export interface StreamRequest {
   counter(): Promise<TokenCounter>;
 }
 
+/** How long the end of an upstream body may take to come after its `[DONE]`. */
+const DRAIN_MS = 100;
+
 /**
  * Turns an upstream SSE body into exact OpenAI chunks, ending with a real
  * finish reason, one usage chunk (`choices: []`) and `data: [DONE]`; an
@@ -246,9 +249,11 @@ export function normaliseStream(
     };
   };
 
+  /** Ends the stream; `drain` after the upstream's `[DONE]`, to read its body's end (the connection is then reused). */
   const finish = async (
     ctl: ReadableStreamDefaultController<Uint8Array>,
     error: OpenAIError | null,
+    drain = false,
   ) => {
     if (error) pending += error.toSSE();
     else {
@@ -284,6 +289,7 @@ export function normaliseStream(
     flush(ctl);
     ctl.close();
     end(usage, error);
+    if (drain) await events.drain(DRAIN_MS);
     events.cancel();
   };
 
@@ -301,7 +307,7 @@ export function normaliseStream(
             return;
           }
           if (value === null || value.trim() === "[DONE]") {
-            return await finish(ctl, null);
+            return await finish(ctl, null, value !== null);
           }
           for (const j of parseData(value)) {
             const err = obj(j.error);
