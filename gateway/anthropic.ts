@@ -5,7 +5,7 @@
  * message_delta with usage, message_stop) and `/v1/messages/count_tokens`.
  * Errors on these routes use Anthropic's shape.
  */
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../lib/openai_errors.ts";
 import { sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {
@@ -16,13 +16,7 @@ import {
 } from "./normalise.ts";
 import { fail, readBody } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
-import {
-  checkModel,
-  MAX_MESSAGES,
-  parseChat,
-  type ParsedRequest,
-} from "./validate.ts";
-import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
+import { toOpenAI } from "./anthropic_request.ts";
 import { affinityOf } from "./affinity.ts";
 import { routeTenant } from "./router.ts";
 
@@ -47,198 +41,6 @@ export function anthropicError(e: OpenAIError): Response {
     status: e.status,
     headers: { "content-type": "application/json", ...e.headers },
   });
-}
-
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
-
-function bad(param: string, message: string): OpenAIError {
-  return new OpenAIError(400, "invalid_value", `${param}: ${message}`, {
-    param,
-  });
-}
-
-function textOf(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  return content.map((
-    b,
-  ) => (isObj(b) && b.type === "text" && typeof b.text === "string"
-    ? b.text
-    : "")
-  ).join("");
-}
-
-function toolName(v: unknown, at: string): string {
-  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
-    throw bad(at, `must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
-
-function toolTools(tools: unknown): Record<string, unknown>[] {
-  if (!Array.isArray(tools)) throw bad("tools", "must be an array");
-  return tools.map((t, i) => {
-    if (!isObj(t)) throw bad(`tools.${i}`, "must be an object");
-    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
-      throw unsupportedParam(
-        `tools.${i}.type`,
-        `tools.${i}.type: server tools (${
-          String(t.type).slice(0, 64)
-        }) are not supported; declare a custom tool`,
-      );
-    }
-    if (t.input_schema !== undefined && !isObj(t.input_schema)) {
-      throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
-    }
-    const fn: Record<string, unknown> = {
-      name: toolName(t.name, `tools.${i}.name`),
-    };
-    if (typeof t.description === "string") fn.description = t.description;
-    if (isObj(t.input_schema)) fn.parameters = t.input_schema;
-    return { type: "function", function: fn };
-  });
-}
-
-/**
- * Translates an Anthropic request into an OpenAI chat body (validating as it
- * goes), then validates that body as any chat request is.
- */
-export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
-  const model = checkModel(body);
-  const maxTokens = body.max_tokens;
-  if (
-    !Number.isSafeInteger(maxTokens) || (maxTokens as number) < 1 ||
-    (maxTokens as number) > 10_000_000
-  ) {
-    throw bad("max_tokens", "Field required: an integer from 1");
-  }
-  const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) {
-    throw bad("messages", "must be a non-empty array");
-  }
-  if (msgs.length > MAX_MESSAGES) {
-    throw bad("messages", `must hold at most ${MAX_MESSAGES} items`);
-  }
-  const out: Record<string, unknown>[] = [];
-  const sys = body.system;
-  if (sys !== undefined && sys !== null) {
-    if (typeof sys !== "string" && !Array.isArray(sys)) {
-      throw bad("system", "must be a string or text blocks");
-    }
-    out.push({ role: "system", content: textOf(sys) });
-  }
-  msgs.forEach((m, i) => {
-    // Claude Code and other agents put `system` entries between turns (the
-    // Messages API took them in late 2025): they stay system messages, in place
-    if (isObj(m) && m.role === "system") {
-      if (typeof m.content !== "string" && !Array.isArray(m.content)) {
-        throw bad(`messages.${i}.content`, "must be a string or text blocks");
-      }
-      return out.push({ role: "system", content: textOf(m.content) });
-    }
-    if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
-      throw bad(`messages.${i}.role`, "must be user, assistant or system");
-    }
-    const c = m.content;
-    if (typeof c === "string") return out.push({ role: m.role, content: c });
-    if (!Array.isArray(c)) {
-      throw bad(
-        `messages.${i}.content`,
-        "must be a string or an array of blocks",
-      );
-    }
-    const toolCalls: unknown[] = [];
-    const parts: unknown[] = [];
-    for (const [j, b] of c.entries()) {
-      if (!isObj(b) || typeof b.type !== "string") {
-        throw bad(
-          `messages.${i}.content`,
-          "blocks must be objects with a type",
-        );
-      }
-      if (b.type === "text") {
-        parts.push({ type: "text", text: String(b.text ?? "") });
-      } else if (b.type === "tool_use") {
-        toolCalls.push({
-          id: typeof b.id === "string" && b.id ? b.id : openAIId("toolu_"),
-          type: "function",
-          function: {
-            name: toolName(b.name, `messages.${i}.content.${j}.name`),
-            arguments: JSON.stringify(b.input ?? {}),
-          },
-        });
-      } else if (b.type === "tool_result") {
-        if (typeof b.tool_use_id !== "string" || !b.tool_use_id) {
-          throw bad(
-            `messages.${i}.content.${j}.tool_use_id`,
-            "Field required: the id of a tool_use block",
-          );
-        }
-        out.push({
-          role: "tool",
-          tool_call_id: b.tool_use_id,
-          content: textOf(b.content),
-        });
-      } else if (
-        b.type === "image" && isObj(b.source) && b.source.type === "base64"
-      ) {
-        parts.push({
-          type: "image_url",
-          image_url: {
-            url: `data:${b.source.media_type};base64,${b.source.data}`,
-          },
-        });
-      }
-    }
-    if (parts.length > 0 || toolCalls.length > 0) {
-      const msg: Record<string, unknown> = {
-        role: m.role,
-        content: parts.every((p) => (p as { type: string }).type === "text")
-          ? parts.map((p) => (p as { text: string }).text).join("")
-          : parts,
-      };
-      if (toolCalls.length > 0) msg.tool_calls = toolCalls;
-      out.push(msg);
-    }
-  });
-  const chat: Record<string, unknown> = {
-    model,
-    messages: out,
-    max_tokens: maxTokens,
-  };
-  for (const f of ["temperature", "top_p", "top_k"]) {
-    if (body[f] !== undefined) {
-      if (typeof body[f] !== "number") throw bad(f, "must be a number");
-      chat[f] = body[f];
-    }
-  }
-  if (body.stop_sequences !== undefined) {
-    const s = body.stop_sequences;
-    if (!Array.isArray(s) || !s.every((x) => typeof x === "string")) {
-      throw bad("stop_sequences", "must be strings");
-    }
-    chat.stop = s;
-  }
-  if (body.tools !== undefined && body.tools !== null) {
-    chat.tools = toolTools(body.tools);
-  }
-  const tc = body.tool_choice;
-  if (isObj(tc)) {
-    chat.tool_choice = tc.type === "any"
-      ? "required"
-      : tc.type === "tool"
-      ? { type: "function", function: { name: tc.name } }
-      : tc.type === "none"
-      ? "none"
-      : "auto";
-    if (tc.disable_parallel_tool_use === true) chat.parallel_tool_calls = false;
-  }
-  if (body.stream !== undefined && typeof body.stream !== "boolean") {
-    throw bad("stream", "must be a boolean");
-  }
-  chat.stream = body.stream === true;
-  return parseChat(chat);
 }
 
 const STOP: Record<string, string> = {

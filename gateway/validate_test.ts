@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { OpenAIError } from "../lib/openai_errors.ts";
-import { toOpenAI } from "./anthropic.ts";
+import { toOpenAI } from "./anthropic_request.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 
 const WEATHER = {
@@ -392,5 +392,106 @@ Deno.test("toOpenAI() builds chat bodies that pass parseChat, tools and tool res
       ...body,
     });
     assert.equal(r.param, param);
+  }
+});
+
+Deno.test("toOpenAI() honours or names every Messages field agents send: metadata.user_id, thinking, cache_control, is_error, earlier thinking", () => {
+  const p = toOpenAI({
+    model: "m",
+    max_tokens: 2048,
+    metadata: { user_id: "user_1" },
+    thinking: { type: "enabled", budget_tokens: 1024 },
+    service_tier: "auto",
+    system: [{ type: "text", text: "S", cache_control: { type: "ephemeral" } }],
+    messages: [
+      { role: "user", content: "Hi" },
+      {
+        role: "assistant",
+        content: [
+          { type: "thinking", thinking: "hmm", signature: "sig" },
+          { type: "redacted_thinking", data: "x" },
+          { type: "tool_use", id: "toolu_1", name: "f", input: { a: 1 } },
+        ],
+      },
+      {
+        role: "user",
+        content: [{
+          type: "tool_result",
+          tool_use_id: "toolu_1",
+          is_error: true,
+          content: [{ type: "text", text: "boom" }],
+        }],
+      },
+    ],
+    tools: [{
+      name: "f",
+      input_schema: { type: "object" },
+      cache_control: { type: "ephemeral" },
+    }],
+  });
+  assert.equal(p.body.user, "user_1");
+  const msgs = p.body.messages as Record<string, unknown>[];
+  assert.deepEqual(msgs.map((m) => m.role), [
+    "system",
+    "user",
+    "assistant",
+    "tool",
+  ]);
+  // The earlier turn's thinking is left out; the tool's failure is said.
+  assert.equal(msgs[2]!.content, "");
+  assert.equal(msgs[3]!.content, "Error: boom");
+  for (
+    const [body, param] of [
+      [{ container: "c" }, "container"],
+      [{ context_management: { edits: [] } }, "context_management"],
+      [{ metadata: { user_id: "u", tags: "x" } }, "metadata.tags"],
+      [
+        { thinking: { type: "enabled", budget_tokens: 100 } },
+        "thinking.budget_tokens",
+      ],
+      [
+        { thinking: { type: "enabled", budget_tokens: 4096 } },
+        "thinking.budget_tokens",
+      ],
+      [{ service_tier: "priority" }, "service_tier"],
+      [{ tool_choice: { type: "whatever" } }, "tool_choice.type"],
+      [{
+        messages: [{
+          role: "user",
+          content: [{
+            type: "text",
+            text: "x",
+            cache_control: { type: "forever" },
+          }],
+        }],
+      }, "messages.0.content.0.cache_control"],
+      [{
+        messages: [{ role: "user", content: [{ type: "search_result" }] }],
+      }, "messages.0.content.0.type"],
+      [{
+        messages: [{
+          role: "user",
+          content: [{ type: "thinking", thinking: "x" }],
+        }],
+      }, "messages.0.content.0.type"],
+      [{
+        messages: [{
+          role: "user",
+          content: [{
+            type: "tool_result",
+            tool_use_id: "t",
+            content: [{ type: "image", source: { type: "url", url: "x" } }],
+          }],
+        }],
+      }, "messages.0.content.0.content.0"],
+    ] as const
+  ) {
+    const r = refusal(toOpenAI, {
+      model: "m",
+      max_tokens: 2048,
+      messages: [{ role: "user", content: "Hi" }],
+      ...body,
+    });
+    assert.equal(r.param, param, JSON.stringify(body));
   }
 });

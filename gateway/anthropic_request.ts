@@ -1,0 +1,344 @@
+/**
+ * Anthropic Messages requests → OpenAI chat bodies, with one table of what
+ * is honoured. Coding agents (Claude Code above all) send more than the
+ * basic fields: `cache_control` on blocks and tools, `metadata.user_id`,
+ * `thinking` and earlier turns' thinking blocks, `system` entries inside
+ * `messages`, `service_tier`. Each is either honoured (translated or, where
+ * it only permits or hints, satisfied as it stands) or refused with a 400
+ * naming it, never dropped without a word.
+ */
+import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
+import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
+import { openAIId } from "./normalise.ts";
+import {
+  checkModel,
+  MAX_MESSAGES,
+  parseChat,
+  type ParsedRequest,
+} from "./validate.ts";
+
+/**
+ * Top-level fields and what becomes of them. Honoured as they stand:
+ * - `metadata`: `user_id` becomes the chat `user` (metering and logs).
+ * - `thinking`: an upper bound on reasoning tokens (`budget_tokens`),
+ *   checked as Anthropic does; a model that does not reason answers without
+ *   thinking blocks, which clients handle (Anthropic's own models may too).
+ * - `service_tier`: every request here is served at the one standard tier.
+ */
+const FIELDS = new Set([
+  "model",
+  "messages",
+  "system",
+  "max_tokens",
+  "stop_sequences",
+  "stream",
+  "temperature",
+  "top_p",
+  "top_k",
+  "tools",
+  "tool_choice",
+  "metadata",
+  "thinking",
+  "service_tier",
+]);
+
+/** Block types in `messages[].content`; `thinking` ones are dropped (see `block`). */
+const BLOCKS = new Set([
+  "text",
+  "image",
+  "tool_use",
+  "tool_result",
+  "thinking",
+  "redacted_thinking",
+]);
+
+const isObj = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+
+function bad(param: string, message: string): OpenAIError {
+  return new OpenAIError(400, "invalid_value", `${param}: ${message}`, {
+    param,
+  });
+}
+
+function refuse(param: string, why: string): OpenAIError {
+  return unsupportedParam(param, `${param}: ${why}`);
+}
+
+/** `cache_control` is a prompt-caching hint: the llama engine caches prefixes on its own. */
+function cacheControl(v: unknown, at: string): void {
+  if (v === undefined || v === null) return;
+  if (!isObj(v) || v.type !== "ephemeral") {
+    throw bad(`${at}.cache_control`, 'must be {"type": "ephemeral"}');
+  }
+}
+
+/** A block array or string of text blocks, as text (system, tool results). */
+function textOf(content: unknown, at: string): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) {
+    throw bad(at, "must be a string or an array of text blocks");
+  }
+  return content.map((b, k) => {
+    if (!isObj(b) || b.type !== "text" || typeof b.text !== "string") {
+      const type = isObj(b) ? String(b.type).slice(0, 40) : typeof b;
+      throw refuse(
+        `${at}.${k}`,
+        `only text blocks are supported here, not ${type}`,
+      );
+    }
+    cacheControl(b.cache_control, `${at}.${k}`);
+    return b.text;
+  }).join("");
+}
+
+function toolName(v: unknown, at: string): string {
+  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
+    throw bad(at, `must match ${NAME_PATTERN.source}`);
+  }
+  return v;
+}
+
+function toolTools(tools: unknown): Record<string, unknown>[] {
+  if (!Array.isArray(tools)) throw bad("tools", "must be an array");
+  return tools.map((t, i) => {
+    if (!isObj(t)) throw bad(`tools.${i}`, "must be an object");
+    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
+      throw refuse(
+        `tools.${i}.type`,
+        `server tools (${
+          String(t.type).slice(0, 64)
+        }) are not supported; declare a custom tool`,
+      );
+    }
+    if (t.input_schema !== undefined && !isObj(t.input_schema)) {
+      throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
+    }
+    cacheControl(t.cache_control, `tools.${i}`);
+    const fn: Record<string, unknown> = {
+      name: toolName(t.name, `tools.${i}.name`),
+    };
+    if (typeof t.description === "string") fn.description = t.description;
+    if (isObj(t.input_schema)) fn.parameters = t.input_schema;
+    return { type: "function", function: fn };
+  });
+}
+
+function image(b: Record<string, unknown>, at: string): unknown {
+  const s = b.source;
+  if (isObj(s) && s.type === "base64" && typeof s.data === "string") {
+    return {
+      type: "image_url",
+      image_url: { url: `data:${s.media_type};base64,${s.data}` },
+    };
+  }
+  if (isObj(s) && s.type === "url" && typeof s.url === "string") {
+    return { type: "image_url", image_url: { url: s.url } };
+  }
+  throw bad(`${at}.source`, "must be a base64 or url image source");
+}
+
+function thinking(v: unknown, maxTokens: number): void {
+  if (v === undefined || v === null) return;
+  if (!isObj(v)) throw bad("thinking", "must be an object");
+  if (v.type === "disabled") return;
+  if (v.type !== "enabled") {
+    throw bad("thinking.type", 'must be "enabled" or "disabled"');
+  }
+  const b = v.budget_tokens;
+  if (!Number.isSafeInteger(b) || (b as number) < 1024) {
+    throw bad("thinking.budget_tokens", "must be an integer ≥ 1024");
+  }
+  if ((b as number) >= maxTokens) {
+    throw bad("thinking.budget_tokens", "must be less than max_tokens");
+  }
+}
+
+function metadataUser(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!isObj(v)) throw bad("metadata", "must be an object");
+  for (const k of Object.keys(v)) {
+    if (k !== "user_id") throw refuse(`metadata.${k}`, "is not a known field");
+  }
+  if (v.user_id === undefined || v.user_id === null) return undefined;
+  if (typeof v.user_id !== "string" || v.user_id.length > 256) {
+    throw bad("metadata.user_id", "must be a string of at most 256 characters");
+  }
+  return v.user_id;
+}
+
+/** One message's content blocks → OpenAI messages (tool results become their own). */
+function message(
+  m: Record<string, unknown>,
+  i: number,
+  out: Record<string, unknown>[],
+): void {
+  const c = m.content;
+  if (typeof c === "string") {
+    out.push({ role: m.role, content: c });
+    return;
+  }
+  if (!Array.isArray(c)) {
+    throw bad(
+      `messages.${i}.content`,
+      "must be a string or an array of blocks",
+    );
+  }
+  const toolCalls: unknown[] = [];
+  const parts: unknown[] = [];
+  for (const [j, b] of c.entries()) {
+    const at = `messages.${i}.content.${j}`;
+    if (!isObj(b) || typeof b.type !== "string") {
+      throw bad(at, "blocks must be objects with a type");
+    }
+    if (!BLOCKS.has(b.type)) {
+      throw refuse(
+        `${at}.type`,
+        `${b.type.slice(0, 40)} blocks are not supported`,
+      );
+    }
+    cacheControl(b.cache_control, at);
+    if (b.type === "text") {
+      parts.push({ type: "text", text: String(b.text ?? "") });
+    } else if (b.type === "image") {
+      parts.push(image(b, at));
+    } else if (b.type === "tool_use") {
+      toolCalls.push({
+        id: typeof b.id === "string" && b.id ? b.id : openAIId("toolu_"),
+        type: "function",
+        function: {
+          name: toolName(b.name, `${at}.name`),
+          arguments: JSON.stringify(b.input ?? {}),
+        },
+      });
+    } else if (b.type === "tool_result") {
+      if (typeof b.tool_use_id !== "string" || !b.tool_use_id) {
+        throw bad(
+          `${at}.tool_use_id`,
+          "Field required: the id of a tool_use block",
+        );
+      }
+      const text = b.content === undefined || b.content === null
+        ? ""
+        : textOf(b.content, `${at}.content`);
+      out.push({
+        role: "tool",
+        tool_call_id: b.tool_use_id,
+        // OpenAI's tool messages carry no error flag: the text says it.
+        content: b.is_error === true ? `Error: ${text}` : text,
+      });
+    } else if (m.role !== "assistant") {
+      throw bad(`${at}.type`, "thinking blocks belong to assistant turns");
+    }
+    // An earlier turn's thinking (and its signature) is left out of the
+    // prompt, as Anthropic's API itself does with previous turns' thinking.
+  }
+  if (parts.length > 0 || toolCalls.length > 0) {
+    const msg: Record<string, unknown> = {
+      role: m.role,
+      content: parts.every((p) => (p as { type: string }).type === "text")
+        ? parts.map((p) => (p as { text: string }).text).join("")
+        : parts,
+    };
+    if (toolCalls.length > 0) msg.tool_calls = toolCalls;
+    out.push(msg);
+  }
+}
+
+/**
+ * Translates an Anthropic request into an OpenAI chat body (validating as it
+ * goes), then validates that body as any chat request is.
+ */
+export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
+  for (const k of Object.keys(body)) {
+    if (!FIELDS.has(k) && body[k] !== undefined) {
+      throw refuse(k, "is not supported by this gateway");
+    }
+  }
+  const model = checkModel(body);
+  const maxTokens = body.max_tokens;
+  if (
+    !Number.isSafeInteger(maxTokens) || (maxTokens as number) < 1 ||
+    (maxTokens as number) > 10_000_000
+  ) {
+    throw bad("max_tokens", "Field required: an integer from 1");
+  }
+  thinking(body.thinking, maxTokens as number);
+  const tier = body.service_tier;
+  if (
+    tier !== undefined && tier !== null && tier !== "auto" &&
+    tier !== "standard_only"
+  ) {
+    throw bad("service_tier", 'must be "auto" or "standard_only"');
+  }
+  const msgs = body.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) {
+    throw bad("messages", "must be a non-empty array");
+  }
+  if (msgs.length > MAX_MESSAGES) {
+    throw bad("messages", `must hold at most ${MAX_MESSAGES} items`);
+  }
+  const out: Record<string, unknown>[] = [];
+  const sys = body.system;
+  if (sys !== undefined && sys !== null) {
+    out.push({ role: "system", content: textOf(sys, "system") });
+  }
+  msgs.forEach((m, i) => {
+    // Claude Code and other agents put `system` entries between turns (the
+    // Messages API took them in late 2025): they stay system messages, in place
+    if (isObj(m) && m.role === "system") {
+      return out.push({
+        role: "system",
+        content: textOf(m.content, `messages.${i}.content`),
+      });
+    }
+    if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
+      throw bad(`messages.${i}.role`, "must be user, assistant or system");
+    }
+    message(m, i, out);
+  });
+  const chat: Record<string, unknown> = {
+    model,
+    messages: out,
+    max_tokens: maxTokens,
+  };
+  const user = metadataUser(body.metadata);
+  if (user !== undefined) chat.user = user;
+  for (const f of ["temperature", "top_p", "top_k"]) {
+    if (body[f] !== undefined) {
+      if (typeof body[f] !== "number") throw bad(f, "must be a number");
+      chat[f] = body[f];
+    }
+  }
+  if (body.stop_sequences !== undefined) {
+    const s = body.stop_sequences;
+    if (!Array.isArray(s) || !s.every((x) => typeof x === "string")) {
+      throw bad("stop_sequences", "must be strings");
+    }
+    chat.stop = s;
+  }
+  if (body.tools !== undefined && body.tools !== null) {
+    chat.tools = toolTools(body.tools);
+  }
+  const tc = body.tool_choice;
+  if (tc !== undefined && tc !== null) {
+    if (!isObj(tc)) throw bad("tool_choice", "must be an object");
+    chat.tool_choice = tc.type === "any"
+      ? "required"
+      : tc.type === "tool"
+      ? { type: "function", function: { name: tc.name } }
+      : tc.type === "none"
+      ? "none"
+      : tc.type === "auto"
+      ? "auto"
+      : (() => {
+        throw bad("tool_choice.type", "must be auto, any, tool or none");
+      })();
+    if (tc.disable_parallel_tool_use === true) chat.parallel_tool_calls = false;
+  }
+  if (body.stream !== undefined && typeof body.stream !== "boolean") {
+    throw bad("stream", "must be a boolean");
+  }
+  chat.stream = body.stream === true;
+  return parseChat(chat);
+}
