@@ -16,6 +16,7 @@ export interface LayoutProps {
 
 /** What tenant admins see beyond their viewers (routes/users.tsx, routes/admin_tokens.tsx). */
 const TENANT_ADMIN_NAV: [string, string][] = [
+  ["/playground", "Playground"],
   ["/users", "Users"],
   ["/admin-tokens", "Admin tokens"],
 ];

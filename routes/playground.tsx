@@ -1,13 +1,17 @@
 /**
- * `/playground` (platform admins only): chat with a model through the
+ * `/playground` (platform and tenant admins): chat with a model through the
  * gateway with a tenant key pasted into the page (keys are stored only as
- * hashes, so the page must take the key; it never stores it).
+ * hashes, so the page must take the key; it never stores it). The gateway
+ * holds the key to its own tenant, so a tenant admin tries only its keys;
+ * the page lists the models of shared nodes and of its tenant's dedicated
+ * ones, never another tenant's.
  */
 import { Hono } from "hono";
 import { Island } from "../components/Island.tsx";
 import { Alert, Card } from "../components/ui.tsx";
 import Playground from "../islands/Playground.tsx";
-import { requirePlatform } from "../store/principal.ts";
+import { ForbiddenError } from "../store/errors.ts";
+import { isPlatform } from "../store/principal.ts";
 import type { PortalEnv } from "./_env.ts";
 import type { FleetPagesDeps } from "./_fleet.ts";
 import { page } from "./_page.tsx";
@@ -15,10 +19,16 @@ import { page } from "./_page.tsx";
 /** Builds `/playground`. */
 export function createPlaygroundPage(deps: FleetPagesDeps): Hono<PortalEnv> {
   return new Hono<PortalEnv>().get("/", (c) => {
-    requirePlatform(c.get("principal")!);
+    const p = c.get("principal")!;
+    if (!isPlatform(p) && p.role !== "tenant_admin") {
+      throw new ForbiddenError("Only admins can use the playground");
+    }
     const models = [
       ...new Set(
-        deps.fleet.nodes().filter((n) => n.state === "healthy").flatMap((n) =>
+        deps.fleet.nodes().filter((n) =>
+          n.state === "healthy" &&
+          (isPlatform(p) || !n.dedicatedTo || n.dedicatedTo === p.tenantId)
+        ).flatMap((n) =>
           n.models.filter((m) => m.kind === "chat" && m.servable !== false)
             .map((m) => m.id)
         ),

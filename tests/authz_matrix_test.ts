@@ -103,7 +103,7 @@ const COVERAGE: Record<string, Cover> = {
   "POST /mesh/test-all": { kind: "platform-only" },
   "GET /mesh/progress": { kind: "platform-only" },
   "GET /models": { kind: "platform-only" },
-  "GET /playground": { kind: "platform-only" },
+  "GET /playground": { kind: "own" },
   // a plain GET of a form's address goes to its page (issue 28)
   "GET /favicon.ico": { kind: "public" },
   "GET /logout": { kind: "public" },

@@ -3,12 +3,22 @@ import assert from "node:assert/strict";
 import { SSEReader } from "../lib/sse.ts";
 import { listAudit } from "../store/audit.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
-import { enrollNode, recordHeartbeat, saveLinkTest } from "../store/nodes.ts";
+import {
+  enrollNode,
+  recordHeartbeat,
+  saveLinkTest,
+  setNodeDedication,
+} from "../store/nodes.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { hardwareOf, linkCell } from "../routes/_fleet.ts";
 import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
 
-async function node(w: TestWorld, name: string, x: string) {
+async function node(
+  w: TestWorld,
+  name: string,
+  x: string,
+  model = "tiny",
+) {
   const { token } = await createJoinToken(w.store, SYSTEM, {});
   const n = await enrollNode(w.store, {
     token,
@@ -16,7 +26,7 @@ async function node(w: TestWorld, name: string, x: string) {
     url: "http://10.0.0.1:8100",
     name,
     engine: "openai",
-    models: [{ id: "tiny", loaded: true, kind: "chat", aliases: ["t"] }],
+    models: [{ id: model, loaded: true, kind: "chat", aliases: [] }],
     probe: null,
     version: null,
   });
@@ -28,7 +38,12 @@ async function node(w: TestWorld, name: string, x: string) {
     tokensPerSecond: 12.5,
     healthy: true,
     memory: { totalBytes: 2 ** 34, freeBytes: 2 ** 33 },
-    models: [{ id: "tiny", loaded: true, kind: "chat", aliases: ["t"] }],
+    models: [{
+      id: model,
+      loaded: true,
+      kind: "chat",
+      aliases: model === "tiny" ? ["t"] : [],
+    }],
     drainState: "none",
   });
   return n;
@@ -155,6 +170,37 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
     const pg = await (await get("/playground")).text();
     assert.match(pg, /data-name="Playground"/);
     assert.doesNotMatch(pg, /orch_[0-9a-z]{26}_/);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("the playground: tenant admins try their keys on shared and their own dedicated models; viewers may not", async () => {
+  const w = await createWorld();
+  try {
+    await node(w, "mac-shared", "s");
+    const mine = await node(w, "mac-a-only", "m", "a-private");
+    const theirs = await node(w, "mac-b-only", "t", "b-private");
+    await setNodeDedication(w.store, SYSTEM, mine.id, w.tenantA.id);
+    await setNodeDedication(w.store, SYSTEM, theirs.id, w.tenantB.id);
+    await w.orchard.fleet.refresh();
+    const page = async (email: string) => {
+      const { cookie } = await portalLogin(w, email);
+      return await w.app.request("/playground", { headers: { cookie } });
+    };
+    const admin = await page("a-admin@example.com");
+    assert.equal(admin.status, 200);
+    const html = await admin.text();
+    assert.match(html, /data-name="Playground"/);
+    assert.match(html, /href="\/playground" aria-current="page"/);
+    assert.match(html, /tiny/);
+    assert.match(html, /a-private/);
+    assert.doesNotMatch(html, /b-private/, "another tenant's dedicated model");
+    const root = await (await page("root@example.com")).text();
+    assert.match(root, /b-private/);
+    const viewer = await page("a-viewer@example.com");
+    assert.equal(viewer.status, 403);
+    await viewer.body?.cancel();
   } finally {
     await w.close();
   }
