@@ -21,7 +21,12 @@ import {
   type WebhookDelivery,
   type WebhookEndpoint,
 } from "./webhooks.ts";
-import { resolvesPrivate } from "./webhook_url.ts";
+import {
+  fetchPinned,
+  publicAddress,
+  resolveDns,
+  type Resolver,
+} from "./webhook_url.ts";
 
 /** Tunables of a dispatcher (tests shorten the intervals and inject a clock). */
 export interface DispatcherOptions {
@@ -29,8 +34,17 @@ export interface DispatcherOptions {
   allowPrivate: boolean;
   /** The clock (epoch ms) for due times and signature timestamps. */
   now?: () => number;
-  /** Sends a request (default: fetch). */
-  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /**
+   * Sends a request (default: fetch, connected to `address`, the checked
+   * address of the URL's host, when there is one).
+   */
+  fetch?: (
+    url: string,
+    init: RequestInit,
+    address: string | null,
+  ) => Promise<Response>;
+  /** Looks up a host's addresses (default: DNS A and AAAA records). */
+  resolve?: Resolver;
   /** Delay after the first failed attempt; doubles each time (default 60 s). */
   baseDelayMs?: number;
   /** Longest delay between attempts (default 24 h). */
@@ -71,7 +85,10 @@ export class WebhookDispatcher {
     this.#o = {
       allowPrivate: opts.allowPrivate,
       now: opts.now ?? Date.now,
-      fetch: opts.fetch ?? ((url, init) => fetch(url, init)),
+      fetch: opts.fetch ??
+        ((url, init, address) =>
+          address ? fetchPinned(url, init, address) : fetch(url, init)),
+      resolve: opts.resolve ?? resolveDns,
       baseDelayMs: opts.baseDelayMs ?? 60_000,
       maxDelayMs: opts.maxDelayMs ?? 86_400_000,
       maxAttempts: opts.maxAttempts ?? 20,
@@ -182,7 +199,9 @@ export class WebhookDispatcher {
       error = "the endpoint was deleted";
       final = true;
     } else {
-      const why = o.allowPrivate ? null : await resolvesPrivate(endpoint.url);
+      const { why, address } = o.allowPrivate
+        ? { why: null, address: null }
+        : await publicAddress(endpoint.url, o.resolve);
       if (why) error = `refused: ${why}`;
       else {
         try {
@@ -203,7 +222,7 @@ export class WebhookDispatcher {
             body: delivery.body,
             redirect: "manual",
             signal: AbortSignal.timeout(o.timeoutMs),
-          });
+          }, address);
           status = res.status;
           await res.body?.cancel().catch(() => {});
           if (status < 200 || status >= 300) error = `HTTP ${status}`;

@@ -140,24 +140,66 @@ export function validateWebhookUrl(
   return url.href;
 }
 
-/**
- * Before a delivery: why the URL's host resolves to an address webhooks
- * may not reach, or null (a host that does not resolve fails the delivery
- * itself).
- */
-export async function resolvesPrivate(url: string): Promise<string | null> {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, "");
-  const literal = privateHost(host);
-  if (literal || v4(host) || v6(host)) return literal;
+/** Looks up a host's addresses (default: A and AAAA records through Deno.resolveDns). */
+export type Resolver = (host: string) => Promise<string[]>;
+
+/** A and AAAA records; a type with no records adds none. */
+export const resolveDns: Resolver = async (host) => {
   const addrs: string[] = [];
   for (const type of ["A", "AAAA"] as const) {
     try {
       addrs.push(...await Deno.resolveDns(host, type));
     } catch { /* no such records */ }
   }
+  return addrs;
+};
+
+/**
+ * Before a delivery: resolves the URL's host once and checks every address.
+ * `why` says why the host may not receive webhooks (a private address), or
+ * is null; `address` is the checked address the delivery must connect to
+ * (null for a literal IP, or a name that did not resolve: the delivery then
+ * fails by itself). Connecting to this address, not to the name again,
+ * closes DNS rebinding: a name cannot resolve to a public address for the
+ * check and to a private one for the connection.
+ */
+export async function publicAddress(
+  url: string,
+  resolve: Resolver = resolveDns,
+): Promise<{ why: string | null; address: string | null }> {
+  const host = new URL(url).hostname.replace(/^\[|\]$/g, "");
+  const literal = privateHost(host);
+  if (literal || v4(host) || v6(host)) return { why: literal, address: null };
+  const addrs = await resolve(host);
   for (const a of addrs) {
     const why = privateHost(a);
-    if (why) return `${host} resolves to ${why}`;
+    if (why) return { why: `${host} resolves to ${why}`, address: null };
   }
-  return null;
+  return { why: null, address: addrs[0] ?? null };
+}
+
+/**
+ * `fetch` connecting to `address` (a checked IP) instead of resolving the
+ * URL's host again; TLS still checks the certificate against the URL's
+ * host name, and the Host header is the URL's. The answer comes without
+ * its body (a delivery needs only the status).
+ */
+export async function fetchPinned(
+  url: string,
+  init: RequestInit,
+  address: string,
+): Promise<Response> {
+  const u = new URL(url);
+  const port = u.port ? Number(u.port) : u.protocol === "https:" ? 443 : 80;
+  const client = Deno.createHttpClient({
+    proxy: { transport: "tcp", hostname: address, port },
+  });
+  try {
+    const res = await fetch(url, { ...init, client });
+    // Only the status counts: the answer's body is not read (nor kept).
+    await res.body?.cancel().catch(() => {});
+    return new Response(null, { status: res.status, headers: res.headers });
+  } finally {
+    client.close();
+  }
 }

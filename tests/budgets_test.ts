@@ -23,7 +23,12 @@ import { perMillion } from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
 import { type Principal, SYSTEM } from "../store/principal.ts";
 import { backoffMs, WebhookDispatcher } from "../store/webhook_dispatch.ts";
-import { privateHost, validateWebhookUrl } from "../store/webhook_url.ts";
+import {
+  fetchPinned,
+  privateHost,
+  publicAddress,
+  validateWebhookUrl,
+} from "../store/webhook_url.ts";
 import {
   createWebhook,
   listDeliveries,
@@ -416,6 +421,71 @@ Deno.test("webhook URLs must be http(s) and public unless the operator allows pr
   } finally {
     await w.close();
     await hook.close();
+  }
+});
+
+Deno.test("webhooks resist DNS rebinding: the host is resolved once per attempt and the delivery connects to the address checked", async () => {
+  // fetchPinned reaches the given address: this name resolves nowhere.
+  const hook = receiver();
+  const port = new URL(hook.url).port;
+  try {
+    const res = await fetchPinned(
+      `http://hooks.example.test:${port}/hook`,
+      { method: "POST", body: "{}" },
+      "127.0.0.1",
+    );
+    assert.equal(res.status, 200);
+    assert.equal(
+      hook.got[0]!.headers.get("host"),
+      `hooks.example.test:${port}`,
+    );
+  } finally {
+    await hook.close();
+  }
+  // A resolver that answers public first, then private (a rebinding name).
+  const answers = [["203.0.113.7"], ["127.0.0.1"]];
+  let lookups = 0;
+  const rebinding = () => Promise.resolve(answers[lookups++] ?? []);
+  assert.deepEqual(
+    await publicAddress("https://hooks.example.test/x", rebinding),
+    { why: null, address: "203.0.113.7" },
+  );
+  assert.deepEqual(
+    await publicAddress("https://hooks.example.test/x", rebinding),
+    { why: "hooks.example.test resolves to a loopback address", address: null },
+  );
+  assert.deepEqual(await publicAddress("https://10.1.2.3/x"), {
+    why: "a private address",
+    address: null,
+  });
+  // The dispatcher connects to the address it checked, looked up once.
+  const w = await createWorld({ gateway: { webhooks: false } });
+  try {
+    await setTenantBudget(w.store, SYSTEM, w.tenant.id, "tokens", {
+      amount: 1,
+      thresholds: [100],
+    });
+    await createWebhook(w.store, SYSTEM, w.tenant.id, {
+      url: "https://hooks.example.test/orchard",
+    }, false);
+    const r = await w.post("/v1/chat/completions", chat);
+    await r.body?.cancel();
+    await w.gw.idle();
+    lookups = 0;
+    const sent: (string | null)[] = [];
+    const d = new WebhookDispatcher(w.store, {
+      allowPrivate: false,
+      resolve: rebinding,
+      fetch: (_url, _init, address) => {
+        sent.push(address);
+        return Promise.resolve(new Response("ok"));
+      },
+    });
+    assert.equal(await d.runOnce(), 1);
+    assert.equal(lookups, 1, "one lookup per attempt");
+    assert.deepEqual(sent, ["203.0.113.7"]);
+  } finally {
+    await w.close();
   }
 });
 
