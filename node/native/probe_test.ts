@@ -88,7 +88,7 @@ Deno.test("probe() applies the usable rules to the fake verbs provider's Apple-l
   const rdma = r.rdma!;
   assert.equal(rdma.library.status, "loaded");
   assert.equal(rdma.library.source, "env ORCHARD_VERBS_LIB");
-  assert.equal(rdma.library.link_test_capable, false);
+  assert.equal(rdma.library.link_test_capable, true);
   assert.equal(rdma.available, true);
   assert.equal(rdma.usable, true);
   const byName = new Map(rdma.devices.map((d) => [d.name, d]));
