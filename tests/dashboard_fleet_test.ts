@@ -192,8 +192,15 @@ Deno.test("linkCell() colours by TB5 thresholds; hardwareOf() reads GPU, thermal
         available: true,
         devices: [{
           name: "rdma_en2",
+          limits: { max_qp: 10, max_mr: 100 },
+          in_use: { qp: 3, mr: 7, source: "rdma resource show" },
           ports: [{ port: 1, usable: false, reason: "no IPv4-mapped GID" }],
-        }, { name: "rdma_en3", ports: [{ port: 1, usable: true }] }],
+        }, {
+          name: "rdma_en3",
+          limits: { max_qp: 10, max_mr: 100 },
+          in_use: null,
+          ports: [{ port: 1, usable: true }],
+        }],
       },
     },
   });
@@ -204,5 +211,16 @@ Deno.test("linkCell() colours by TB5 thresholds; hardwareOf() reads GPU, thermal
     { name: "rdma_en2/1", usable: false, reason: "no IPv4-mapped GID" },
     { name: "rdma_en3/1", usable: true, reason: null },
   ]);
+  assert.deepEqual(hw.headroom, [
+    { device: "rdma_en2", maxQp: 10, maxMr: 100, qpInUse: 3, mrInUse: 7 },
+    {
+      device: "rdma_en3",
+      maxQp: 10,
+      maxMr: 100,
+      qpInUse: null,
+      mrInUse: null,
+    },
+  ]);
   assert.deepEqual(hardwareOf(null).ports, []);
+  assert.deepEqual(hardwareOf(null).headroom, []);
 });
