@@ -83,6 +83,8 @@ export interface ProbeInterface {
   mac: string | null;
   ipv4: string[];
   ipv6: string[];
+  /** The IPv4 addresses with their prefix length ("10.0.12.1/30"). */
+  ipv4_cidr?: string[];
 }
 
 /** orchard.probe/1: every section is present; a failed one is null with an entry in errors. */
