@@ -89,13 +89,21 @@ export function createLinkTests(
         host,
         token,
       });
+      // The measurement ran but may have failed (a peer that vanished, an
+      // RDMA test that could not fall back): keep the result, name the error.
+      const status = typeof result.status === "string" ? result.status : "ok";
+      const failure = status === "ok" ? null : String(
+        typeof result.error === "string" && result.error
+          ? result.error
+          : `link test ${status}`,
+      ).slice(0, 500);
       rec = {
         a,
         b,
         at: new Date().toISOString(),
-        ok: true,
+        ok: failure === null,
         result,
-        error: null,
+        error: failure,
       };
     } catch (err) {
       rec = {

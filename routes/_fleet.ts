@@ -25,6 +25,18 @@ export interface Hardware {
   thermal: string | null;
   rdma: { available: boolean; reason: string | null };
   ports: { name: string; usable: boolean; reason: string | null }[];
+  /**
+   * Per RDMA device, its queue-pair and memory-region ceilings (from
+   * ibv_query_device) and how many are in use where the OS says (else null):
+   * Exo/MLX and Orchard share them.
+   */
+  headroom: {
+    device: string;
+    maxQp: number | null;
+    maxMr: number | null;
+    qpInUse: number | null;
+    mrInUse: number | null;
+  }[];
 }
 
 type Obj = Record<string, unknown>;
@@ -41,9 +53,22 @@ export function hardwareOf(probe: Obj | null): Hardware {
   const gpu = obj(native?.gpu);
   const rdma = obj(native?.rdma);
   const ports: Hardware["ports"] = [];
+  const headroom: Hardware["headroom"] = [];
+  const count = (v: unknown) =>
+    typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : null;
   const devices = Array.isArray(rdma?.devices) ? rdma.devices : [];
   for (const d of devices.slice(0, 16)) {
     const dev = obj(d);
+    const limits = obj(dev?.limits), used = obj(dev?.in_use);
+    if (limits || used) {
+      headroom.push({
+        device: text(dev?.name) ?? "?",
+        maxQp: count(limits?.max_qp),
+        maxMr: count(limits?.max_mr),
+        qpInUse: count(used?.qp),
+        mrInUse: count(used?.mr),
+      });
+    }
     const list = Array.isArray(dev?.ports) ? dev.ports : [];
     for (const p of list.slice(0, 8)) {
       const port = obj(p);
@@ -75,6 +100,7 @@ export function hardwareOf(probe: Obj | null): Hardware {
       reason: text(rdma?.reason),
     },
     ports,
+    headroom,
   };
 }
 

@@ -1,9 +1,12 @@
 /**
  * `/mesh` (platform admins only): the latest link test of every node pair
  * (transport, one-way latency, bandwidth, age) coloured against Thunderbolt
- * 5 thresholds, and "test all pairs" with progress.
+ * 5 thresholds, "test all pairs" with progress, what went wrong in words
+ * (failures and TCP fallbacks), and cabling findings from each node's probe
+ * (fleet/cabling.ts) with their fixes.
  */
 import { Hono } from "hono";
+import { diagnoseCabling } from "../fleet/cabling.ts";
 import { Island } from "../components/Island.tsx";
 import { Card, PostForm } from "../components/ui.tsx";
 import MeshRunner from "../islands/MeshRunner.tsx";
@@ -40,6 +43,24 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
         const seen = latest.get(id);
         if (!seen || seen.at < t.at) latest.set(id, t);
       }
+      const nameOf = new Map(nodes.map((n) => [n.id, n.name]));
+      const pairName = (t: LinkTestRecord) =>
+        `${nameOf.get(t.a) ?? t.a} ↔ ${nameOf.get(t.b) ?? t.b}`;
+      const findings = [...latest.values()].flatMap((t) => {
+        const fallback = (t.result as { fallback_reason?: unknown } | null)
+          ?.fallback_reason;
+        if (!t.ok) {
+          return [{ pair: pairName(t), what: "failed", text: t.error ?? "" }];
+        }
+        return typeof fallback === "string" && fallback &&
+            fallback !== "transport tcp requested"
+          ? [{ pair: pairName(t), what: "fell back to TCP", text: fallback }]
+          : [];
+      });
+      const cabling = nodes.map((n) => ({
+        node: n.name,
+        issues: diagnoseCabling(n.probe),
+      })).filter((x) => x.issues.length > 0);
       const progress = deps.links.progress();
       const now = Date.now();
       const flash = await takeFlash(c);
@@ -148,6 +169,41 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
                       </tbody>
                     </table>
                   </div>
+                )}
+              {findings.length > 0 && (
+                <ul data-testid="link-findings">
+                  {findings.map((f) => (
+                    <li key={f.pair}>
+                      <strong>{f.pair}</strong> {f.what}: {f.text}
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </Card>
+            <Card>
+              <h3>Cabling</h3>
+              {cabling.length === 0
+                ? (
+                  <p class="muted">
+                    No cabling problems found in the nodes' probes (Thunderbolt
+                    5 links, no DHCP on Thunderbolt, one subnet per cable, no
+                    overlap with Ethernet).
+                  </p>
+                )
+                : (
+                  <ul data-testid="cabling">
+                    {cabling.flatMap((c) =>
+                      c.issues.map((i) => (
+                        <li
+                          key={`${c.node}|${i.code}|${i.where.join(",")}`}
+                          data-code={i.code}
+                        >
+                          <strong>{c.node}</strong>: {i.message}
+                          <div class="muted">Fix: {i.fix}</div>
+                        </li>
+                      ))
+                    )}
+                  </ul>
                 )}
             </Card>
           </>

@@ -35,7 +35,12 @@ import { requirePlatform } from "../store/principal.ts";
 import { listTenants } from "../store/tenants.ts";
 import { confirmed, confirmPage } from "./_confirm.tsx";
 import type { PortalEnv } from "./_env.ts";
-import { ago, type FleetPagesDeps, hardwareOf } from "./_fleet.ts";
+import {
+  ago,
+  type FleetPagesDeps,
+  type Hardware,
+  hardwareOf,
+} from "./_fleet.ts";
 import {
   type Flash,
   FlashMessages,
@@ -94,6 +99,17 @@ function dedication(
       <button type="submit" class="small">Save</button>
     </PostForm>
   );
+}
+
+/** "QP 3 of 10 in use, MR ? of 100": the ceilings Exo/MLX and Orchard share. */
+function headroomText(h: Hardware["headroom"][number]): string {
+  const one = (what: string, used: number | null, max: number | null) =>
+    max === null
+      ? `${what} limit unknown`
+      : used === null
+      ? `${what} max ${max} (in use unknown)`
+      : `${what} ${used} of ${max} in use`;
+  return `${one("QP", h.qpInUse, h.maxQp)}, ${one("MR", h.mrInUse, h.maxMr)}`;
 }
 
 function nodeRow(
@@ -167,6 +183,16 @@ function nodeRow(
               {p.reason && <div class="muted">{p.reason}</div>}
             </div>
           ))}
+        {hw.headroom.map((h) => (
+          <div
+            key={h.device}
+            class="muted"
+            data-field="headroom"
+            data-device={h.device}
+          >
+            <span class="mono">{h.device}</span>: {headroomText(h)}
+          </div>
+        ))}
       </td>
       <td data-field="heartbeat">{ago(n.status?.at ?? null, now)}</td>
       <td>{dedication(n, csrf, tenants)}</td>

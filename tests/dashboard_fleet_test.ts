@@ -238,8 +238,15 @@ Deno.test("linkCell() colours by TB5 thresholds; hardwareOf() reads GPU, thermal
         available: true,
         devices: [{
           name: "rdma_en2",
+          limits: { max_qp: 10, max_mr: 100 },
+          in_use: { qp: 3, mr: 7, source: "rdma resource show" },
           ports: [{ port: 1, usable: false, reason: "no IPv4-mapped GID" }],
-        }, { name: "rdma_en3", ports: [{ port: 1, usable: true }] }],
+        }, {
+          name: "rdma_en3",
+          limits: { max_qp: 10, max_mr: 100 },
+          in_use: null,
+          ports: [{ port: 1, usable: true }],
+        }],
       },
     },
   });
@@ -250,5 +257,76 @@ Deno.test("linkCell() colours by TB5 thresholds; hardwareOf() reads GPU, thermal
     { name: "rdma_en2/1", usable: false, reason: "no IPv4-mapped GID" },
     { name: "rdma_en3/1", usable: true, reason: null },
   ]);
+  assert.deepEqual(hw.headroom, [
+    { device: "rdma_en2", maxQp: 10, maxMr: 100, qpInUse: 3, mrInUse: 7 },
+    {
+      device: "rdma_en3",
+      maxQp: 10,
+      maxMr: 100,
+      qpInUse: null,
+      mrInUse: null,
+    },
+  ]);
   assert.deepEqual(hardwareOf(null).ports, []);
+  assert.deepEqual(hardwareOf(null).headroom, []);
+});
+
+Deno.test("the mesh page shows cabling findings from a node's probe with the fix, and failed or fallen-back links in words", async () => {
+  const w = await createWorld();
+  try {
+    const a = await node(w, "mac-a", "a");
+    const b = await node(w, "mac-b", "b");
+    const probeDoc = JSON.parse(
+      await Deno.readTextFile(
+        new URL("./fixtures/probes/mac_shared_subnet.json", import.meta.url),
+      ),
+    );
+    await recordHeartbeat(w.store, a.id, {
+      intervalMs: 60_000,
+      inFlight: 0,
+      queued: 0,
+      slots: 4,
+      tokensPerSecond: 0,
+      healthy: true,
+      memory: { totalBytes: 2 ** 34, freeBytes: 2 ** 33 },
+      models: [{ id: "tiny", loaded: true, kind: "chat", aliases: ["t"] }],
+      drainState: "none",
+      probe: { os: "darwin", native: probeDoc },
+    });
+    await saveLinkTest(w.store, SYSTEM, {
+      a: a.id,
+      b: b.id,
+      at: new Date().toISOString(),
+      ok: true,
+      result: {
+        transport: "tcp",
+        fallback_reason:
+          "RDMA setup failed: peer: RTR transition failed (errno 22): known macOS issue until reboot",
+        latency: { one_way_us: { p50: 30 } },
+      },
+      error: null,
+    });
+    const { cookie } = await portalLogin(w, "root@example.com");
+    const html = await (await w.app.request("/mesh", { headers: { cookie } }))
+      .text();
+    assert.match(html, /data-code="shared-subnet"/);
+    const nodesPage = await (await w.app.request("/nodes", {
+      headers: { cookie },
+    })).text();
+    assert.match(
+      nodesPage,
+      /rdma_en2<\/span>: QP max 10 \(in use unknown\), MR max 100 \(in use unknown\)/,
+    );
+    assert.match(
+      html,
+      /mac-a<\/strong>: en2 and en3 are both in 10\.0\.0\.0\/24/,
+    );
+    assert.match(html, /Fix: Give each Thunderbolt link its own small subnet/);
+    assert.match(
+      html,
+      /mac-a ↔ mac-b<\/strong> fell back to TCP: RDMA setup failed: peer: RTR transition failed \(errno 22\)/,
+    );
+  } finally {
+    await w.close();
+  }
 });

@@ -21,6 +21,20 @@ typedef struct recv_plan {
   uint32_t len;
 } recv_plan;
 
+/* A failed work completion, in words. */
+static int32_t wc_failed(orch_linktest *lt, const rdma_completion *c) {
+  snprintf(lt->err, sizeof lt->err, "%s completion failed: %s (status %d)", c->is_recv ? "receive" : "send",
+           rdma_wc_status_str(c->status), c->status);
+  return ORCH_ERR_IO;
+}
+
+/* The control connection went quiet-then-closed while completions were awaited. */
+static int32_t peer_gone(orch_linktest *lt, const char *phase) {
+  snprintf(lt->err, sizeof lt->err, "peer disappeared mid-test (control connection closed during the RDMA %s phase)",
+           phase);
+  return ORCH_ERR_IO;
+}
+
 static int32_t plan_start(rdma_ep *ep, recv_plan *rp, uint64_t total, uint32_t len) {
   rp->total = total, rp->posted = 0, rp->len = len;
   uint32_t depth = rdma_ep_depth(ep);
@@ -109,7 +123,7 @@ static int32_t latency(orch_linktest *lt, rdma_ep *ep, int fd, bool connector, c
         int k = rdma_ep_poll(ep, wc, 16);
         if (k < 0) return k;
         for (int j = 0; j < k; j++) {
-          if (!wc[j].ok) return ORCH_ERR_IO;
+          if (!wc[j].ok) return wc_failed(lt, &wc[j]);
           if (!wc[j].is_recv) continue;
           uint32_t seq = 0;
           uint64_t t1 = orch_now_ns();
@@ -127,6 +141,8 @@ static int32_t latency(orch_linktest *lt, rdma_ep *ep, int fd, bool connector, c
         }
         if (!got && (spins & 1023) == 1023) {
           if (lt_should_stop(lt, &why)) return why;
+          /* the listener writes nothing on the control connection in this phase: readable = gone */
+          if (lt_fd_readable(fd)) return peer_gone(lt, "latency");
           if (orch_now_ns() - t0 > LAT_WAIT_NS) {
             s->lat_lost++;
             break;
@@ -142,7 +158,7 @@ static int32_t latency(orch_linktest *lt, rdma_ep *ep, int fd, bool connector, c
     int k = rdma_ep_poll(ep, wc, 16);
     if (k < 0) return k;
     for (int j = 0; j < k; j++) {
-      if (!wc[j].ok) return ORCH_ERR_IO;
+      if (!wc[j].ok) return wc_failed(lt, &wc[j]);
       if (!wc[j].is_recv) continue;
       uint8_t *in = rdma_ep_buf(ep, false, wc[j].slot);
       uint32_t seq = 0, slot = (uint32_t)(sends++ % depth);
@@ -194,7 +210,7 @@ static int32_t bandwidth(orch_linktest *lt, rdma_ep *ep, int fd, bool connector,
       int k = rdma_ep_poll(ep, wc, 16);
       if (k < 0) return k;
       for (int j = 0; j < k; j++) {
-        if (!wc[j].ok) return ORCH_ERR_IO;
+        if (!wc[j].ok) return wc_failed(lt, &wc[j]);
         if (!wc[j].is_recv) {
           inflight--;
           continue;
@@ -206,6 +222,7 @@ static int32_t bandwidth(orch_linktest *lt, rdma_ep *ep, int fd, bool connector,
         uint64_t now = orch_now_ns();
         if (!t_wait) t_wait = now;
         if (lt_should_stop(lt, &why)) return why;
+        if (lt_fd_readable(fd)) return peer_gone(lt, "bandwidth");
         if (now - t_wait > CREDIT_WAIT_NS) credits = batch, t_wait = 0; /* a credit was lost (UC) */
       }
     }
@@ -218,7 +235,7 @@ static int32_t bandwidth(orch_linktest *lt, rdma_ep *ep, int fd, bool connector,
     int k = rdma_ep_poll(ep, wc, 16);
     if (k < 0) return k;
     for (int j = 0; j < k; j++) {
-      if (!wc[j].ok) return ORCH_ERR_IO;
+      if (!wc[j].ok) return wc_failed(lt, &wc[j]);
       if (!wc[j].is_recv) continue;
       t_last = orch_now_ns();
       if (!s->bw_received) t_first = t_last;
@@ -301,6 +318,9 @@ int32_t lt_rdma_run(orch_linktest *lt, int fd, bool connector, const lt_params *
   if (rc == ORCH_OK) rc = latency(lt, ep, fd, connector, p, s, rtt);
   if (rc == ORCH_OK) rc = bandwidth(lt, ep, fd, connector, p, s, bw_slot);
   if (rc == ORCH_OK) rc = lt_exchange_results(lt, fd, connector, s);
+  if (rc == ORCH_ERR_IO && (strcmp(lt->err, "peer closed the connection") == 0 || strstr(lt->err, "reset by peer"))) {
+    snprintf(lt->err, sizeof lt->err, "peer disappeared mid-test (control connection closed during the RDMA phases)");
+  }
   if (rc != ORCH_OK) snprintf(reason, rcap, "%s", lt->err[0] ? lt->err : orch_status_str(rc));
   free(rtt);
   rdma_ep_close(ep);

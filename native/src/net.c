@@ -78,6 +78,22 @@ static void write_iface(jbuf *b, struct ifaddrs *all, const char *name) {
     }
     jb_arr_close(b);
   }
+  /* the same IPv4 addresses with their prefix length: which subnet each link is in */
+  jb_key(b, "ipv4_cidr");
+  jb_arr_open(b);
+  for (struct ifaddrs *a = all; a; a = a->ifa_next) {
+    if (strcmp(a->ifa_name, name) != 0 || !a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)a->ifa_addr)->sin_addr, text, sizeof text);
+    int prefix = 32;
+    if (a->ifa_netmask && a->ifa_netmask->sa_family == AF_INET) {
+      uint32_t m = ntohl(((const struct sockaddr_in *)(const void *)a->ifa_netmask)->sin_addr.s_addr);
+      prefix = 0;
+      while (prefix < 32 && (m & (0x80000000u >> prefix))) prefix++;
+    }
+    if (text[0]) jb_strf(b, "%s/%d", text, prefix);
+  }
+  jb_arr_close(b);
   jb_obj_close(b);
 }
 

@@ -24,7 +24,11 @@ typedef struct rdma_completion {
   uint32_t bytes;
   bool is_recv;
   bool ok;
+  int status; /* enum ibv_wc_status */
 } rdma_completion;
+
+/* Words for a work-completion status (ibv_wc_status_str without linking libibverbs). */
+const char *rdma_wc_status_str(int status);
 
 /* Finds a usable device/port (device NULL = first usable) without opening a QP. */
 bool rdma_find_port(const char *device, char *dev_out, size_t dev_cap, char *reason, size_t cap);

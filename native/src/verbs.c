@@ -25,6 +25,18 @@
 
 /* ---- GID helpers and usable rules (no verbs types needed) ---- */
 
+const char *rdma_wc_status_str(int status) {
+  /* enum ibv_wc_status values, stable across rdma-core and Apple's SDK */
+  static const char *const names[] = {
+      "success", "local length error", "local QP operation error", "local EE context operation error",
+      "local protection error", "work request flushed", "memory window bind error", "bad response",
+      "local access error", "remote invalid request", "remote access error", "remote operation error",
+      "transport retry counter exceeded (peer gone?)", "receiver-not-ready retry counter exceeded",
+      "local RDD violation", "remote invalid RD request", "remote aborted", "invalid EE context number",
+      "invalid EE context state", "fatal error", "response timeout", "general error"};
+  return status >= 0 && status < (int)(sizeof names / sizeof names[0]) ? names[status] : "unknown status";
+}
+
 const char *gid_kind(const uint8_t g[16], char *ipv4, size_t cap) {
   static const uint8_t zero[16] = {0};
   if (cap) ipv4[0] = '\0';
@@ -685,8 +697,13 @@ int32_t rdma_ep_open(const char *device, int gid_index, uint32_t slot_bytes, uin
   ep->mem_bytes = total;
   if (!(ep->pd = l->f.alloc_pd(ep->ctx))) FAIL("ibv_alloc_pd failed (errno %d)", errno);
   if (!(ep->cq = l->f.create_cq(ep->ctx, (int)depth * 2 + 4, NULL, NULL, 0))) FAIL("ibv_create_cq failed (errno %d)", errno);
-  if (!(ep->mr = l->f.reg_mr(ep->pd, ep->mem, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
-    FAIL("ibv_reg_mr failed (errno %d)", errno);
+  /* Messages that reach the peer travel in a 128-byte field of the control protocol: keep them short. */
+  if (!(ep->mr = l->f.reg_mr(ep->pd, ep->mem, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))) {
+    int e = errno;
+    if (e == ENOMEM || e == EBUSY)
+      FAIL("RDMA unusable on %s: memory-region limit reached (errno %d); Exo/MLX on this port share its ~100 MRs", ep->device, e);
+    FAIL("ibv_reg_mr failed on %s (errno %d): the provider refused the mmap'ed buffers", ep->device, e);
+  }
   struct ibv_qp_init_attr ia;
   memset(&ia, 0, sizeof ia);
   ia.send_cq = ep->cq;
@@ -696,7 +713,13 @@ int32_t rdma_ep_open(const char *device, int gid_index, uint32_t slot_bytes, uin
   ia.cap.max_recv_wr = depth;
   ia.cap.max_send_sge = 1;
   ia.cap.max_recv_sge = 1;
-  if (!(ep->qp = l->f.create_qp(ep->pd, &ia))) FAIL("ibv_create_qp failed (errno %d)", errno);
+  if (!(ep->qp = l->f.create_qp(ep->pd, &ia))) {
+    int e = errno;
+    if (e == EBUSY || e == ENOMEM)
+      FAIL("RDMA unusable on %s: queue-pair limit reached (%s); Exo/MLX on this port share its ~10 QPs: stop them or reboot", ep->device,
+           e == EBUSY ? "EBUSY" : "ENOMEM");
+    FAIL("ibv_create_qp failed on %s (errno %d)", ep->device, e);
+  }
   /* Depths may be adjusted by the provider (Apple counts 4 KiB frames): read them back. */
   struct ibv_qp_attr qa;
   struct ibv_qp_init_attr qi;
@@ -764,7 +787,11 @@ int32_t rdma_ep_connect(rdma_ep *ep, const rdma_info *r, char *err, size_t cap) 
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   }
   if (l->f.modify_qp(ep->qp, &a, mask) != 0) {
-    snprintf(err, cap, "ibv_modify_qp(RTR) failed (errno %d); not retried", errno);
+    int e = errno;
+    if (e == EINVAL && ep->uc)
+      snprintf(err, cap, "RTR transition failed (errno 22): known macOS issue until reboot; reboot this Mac, then test again");
+    else
+      snprintf(err, cap, "ibv_modify_qp(RTR) failed (errno %d); not retried", e);
     return ORCH_ERR_IO;
   }
   memset(&a, 0, sizeof a);
@@ -829,6 +856,7 @@ int rdma_ep_poll(rdma_ep *ep, rdma_completion *out, int max) {
     out[i].is_recv = (wc[i].wr_id >> 32) != 0;
     out[i].bytes = wc[i].byte_len;
     out[i].ok = wc[i].status == IBV_WC_SUCCESS;
+    out[i].status = (int)wc[i].status;
   }
   return n;
 }

@@ -165,28 +165,147 @@ Deno.test("link test options are validated before a process starts", async () =>
   );
 });
 
-Deno.test("with the fake verbs provider (no queue pairs) the link test falls back to TCP and says why", async () => {
-  const prior = Deno.env.get("ORCHARD_VERBS_LIB");
-  Deno.env.set("ORCHARD_VERBS_LIB", paths.fakeVerbs); // inherited by both children
+/**
+ * Runs one link test through the fake verbs provider (a test double: an
+ * Apple-like UC device emulated between the two orchard-linktest processes
+ * over a shared state directory). `listenerEnv` / `connectorEnv` inject
+ * faults into one side only (each child takes the environment at spawn).
+ */
+async function viaDouble(
+  opts: {
+    listenerEnv?: Record<string, string>;
+    connectorEnv?: Record<string, string>;
+    transport?: "auto" | "rdma";
+  } = {},
+): Promise<{ conn: LinkTestResult; lis: LinkTestResult }> {
+  const dir = await Deno.makeTempDir({ prefix: "orchard-fake-verbs-" });
+  const base = {
+    ORCHARD_VERBS_LIB: paths.fakeVerbs,
+    ORCHARD_FAKE_VERBS_DIR: dir,
+  };
+  const saved = new Map<string, string | undefined>();
+  const apply = (env: Record<string, string>) => {
+    for (const [k, v] of Object.entries(env)) {
+      if (!saved.has(k)) saved.set(k, Deno.env.get(k));
+      Deno.env.set(k, v);
+    }
+  };
+  const clear = (env: Record<string, string> = {}) => {
+    for (const k of Object.keys(env)) {
+      const prior = saved.get(k);
+      if (prior === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, prior);
+    }
+  };
   try {
+    apply({ ...base, ...opts.listenerEnv });
     const listener = await startLinktestListener({
       port: 0,
       host: "127.0.0.1",
       token: TOKEN,
-      timeoutMs: 10000,
+      timeoutMs: 20000,
+      transport: opts.transport,
     });
+    clear(opts.listenerEnv);
+    apply({ ...base, ...opts.connectorEnv });
     const conn = await runLinktestConnect({
       host: "127.0.0.1",
       port: listener.port,
       token: TOKEN,
-      timeoutMs: 10000,
+      timeoutMs: 20000,
+      transport: opts.transport,
       ...SMALL,
     });
-    await listener.result;
-    assertMeasured(conn);
-    assert.match(conn.fallback_reason ?? "", /queue-pair symbols/);
+    return { conn, lis: await listener.result };
   } finally {
-    if (prior === undefined) Deno.env.delete("ORCHARD_VERBS_LIB");
-    else Deno.env.set("ORCHARD_VERBS_LIB", prior);
+    for (const [k, prior] of saved) {
+      if (prior === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, prior);
+    }
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
+}
+
+const hasDouble = await Deno.stat(paths.fakeVerbs).then(
+  () => true,
+  () => false,
+);
+
+Deno.test({
+  name:
+    "through the verbs double the link test runs the RDMA data path (UC, mmap'ed and registered buffers, SEND/RECV, CQ polling) on both sides",
+  ignore: !hasDouble,
+}, async () => {
+  const { conn, lis } = await viaDouble({ transport: "rdma" });
+  for (const r of [conn, lis]) {
+    assert.equal(r.status, "ok", r.error ?? "");
+    assert.equal(r.transport, "rdma-uc");
+    assert.equal(r.fallback_reason, null);
+    assert.deepEqual(r.rdma, { device: "rdma_en3", gid_index: 1 });
+    assert.equal(r.messages.corrupt, 0);
+  }
+  assert.equal(conn.latency!.samples, SMALL.iterations - conn.messages.lost);
+  assert.ok(conn.latency!.one_way_us.p50 > 0);
+  assert.ok(lis.bandwidth!.bytes_per_sec > 0);
+  assert.equal(lis.bandwidth!.measured_by, "receiver");
+});
+
+Deno.test({
+  name:
+    "through the verbs double, the RC profile runs the data path over RC queue pairs",
+  ignore: !hasDouble,
+}, async () => {
+  const rc = { ORCHARD_FAKE_VERBS_PROFILE: "rc" };
+  const { conn } = await viaDouble({
+    transport: "rdma",
+    listenerEnv: rc,
+    connectorEnv: rc,
+  });
+  assert.equal(conn.status, "ok", conn.error ?? "");
+  assert.equal(conn.transport, "rdma-rc");
+  assert.equal(conn.messages.lost, 0);
+});
+
+Deno.test({
+  name:
+    "the queue-pair ceiling (EBUSY, shared with Exo/MLX) falls back to TCP and says so",
+  ignore: !hasDouble,
+}, async () => {
+  // Exo/MLX hold 9 of rdma_en3's 10 QPs: one side takes the last one, the
+  // other's is the 11th on the device (which one is a race).
+  const held = { ORCHARD_FAKE_VERBS_HELD_QPS: "9" };
+  const { conn } = await viaDouble({ listenerEnv: held, connectorEnv: held });
+  assertMeasured(conn);
+  assert.match(
+    conn.fallback_reason ?? "",
+    /RDMA setup failed: (this node|peer): RDMA unusable on rdma_en3: queue-pair limit reached \(EBUSY\); Exo\/MLX on this port share its ~10 QPs/,
+  );
+});
+
+Deno.test({
+  name:
+    "an RTR transition failing with errno 22 falls back to TCP with the known macOS issue named",
+  ignore: !hasDouble,
+}, async () => {
+  const { conn } = await viaDouble({
+    listenerEnv: { ORCHARD_FAKE_VERBS_RTR_ERRNO: "22" },
+  });
+  assertMeasured(conn);
+  assert.match(
+    conn.fallback_reason ?? "",
+    /RTR transition failed \(errno 22\): known macOS issue until reboot/,
+  );
+});
+
+Deno.test({
+  name: "a peer that disappears mid-test is reported as such",
+  ignore: !hasDouble,
+}, async () => {
+  const { conn, lis } = await viaDouble({
+    transport: "rdma",
+    listenerEnv: { ORCHARD_FAKE_VERBS_EXIT_AFTER_SENDS: "50" },
+  });
+  assert.equal(conn.status, "failed");
+  assert.match(conn.error ?? "", /peer disappeared mid-test/);
+  assert.equal(lis.status, "failed"); // its process vanished (exit 137)
 });

@@ -6,6 +6,7 @@
  */
 import { ensureNativeBuilt, nativePaths } from "./build.ts";
 import { Liborchard, ProbeFlags } from "./liborchard.ts";
+import { type RdmaInUse, rdmaInUse } from "./rdma_usage.ts";
 
 /** One failed or unsupported probe section. */
 export interface ProbeError {
@@ -67,6 +68,8 @@ export interface ProbeDevice {
   };
   phys_port_cnt?: number;
   ports: ProbePort[];
+  /** QPs and MRs in use (every program's), where the OS says; else null. */
+  in_use?: RdmaInUse | null;
   error?: string;
 }
 
@@ -80,6 +83,8 @@ export interface ProbeInterface {
   mac: string | null;
   ipv4: string[];
   ipv6: string[];
+  /** The IPv4 addresses with their prefix length ("10.0.12.1/30"). */
+  ipv4_cidr?: string[];
 }
 
 /** orchard.probe/1: every section is present; a failed one is null with an entry in errors. */
@@ -187,7 +192,7 @@ export async function probe(options: ProbeOptions = {}): Promise<ProbeResult> {
   const flags = (options.skipRdma ? ProbeFlags.SKIP_RDMA : 0) |
     (options.skipGpu ? ProbeFlags.SKIP_GPU : 0);
   if (!options.isolate) {
-    return parse(await library().probeJson(flags, timeoutMs));
+    return await withInUse(parse(await library().probeJson(flags, timeoutMs)));
   }
   await ensureNativeBuilt();
   const args = ["probe", "--timeout-ms", String(timeoutMs)];
@@ -202,5 +207,14 @@ export async function probe(options: ProbeOptions = {}): Promise<ProbeResult> {
   if (code !== 0) {
     throw new Error(`Cannot probe: orchard-linktest exited with ${code}`);
   }
-  return parse(new TextDecoder().decode(stdout));
+  return await withInUse(parse(new TextDecoder().decode(stdout)));
+}
+
+/** Adds each RDMA device's QPs/MRs in use where the OS reports them (the headroom under max_qp/max_mr). */
+async function withInUse(r: ProbeResult): Promise<ProbeResult> {
+  const devices = r.rdma?.devices ?? [];
+  if (devices.length === 0) return r;
+  const used = await rdmaInUse();
+  for (const d of devices) d.in_use = used?.get(d.name) ?? null;
+  return r;
 }
