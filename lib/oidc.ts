@@ -70,7 +70,7 @@ function loopback(url: URL): boolean {
 
 /**
  * Checks an issuer URL: https (or http on loopback), no query or fragment.
- * Returns it normalised, or a reason it is refused.
+ * Returns it trimmed, or a reason it is refused.
  */
 export function checkIssuer(raw: string): { url: string } | { error: string } {
   let url: URL;
@@ -87,7 +87,9 @@ export function checkIssuer(raw: string): { url: string } | { error: string } {
   if (url.search || url.hash || url.username || url.password) {
     return { error: "must not have a query, fragment or credentials" };
   }
-  return { url: url.href.replace(/\/$/, "") };
+  // kept as written: the discovery document's `issuer` must equal it
+  // exactly (Authentik's ends with a slash, Google's does not)
+  return { url: raw.trim() };
 }
 
 function options(issuer: URL) {

@@ -436,7 +436,7 @@ function inputOf(v: FormValues, secret: string) {
 async function checkReachable(v: FormValues): Promise<void> {
   if (!v.enabled) return;
   try {
-    await discover(v.issuer.trim().replace(/\/$/, ""), true);
+    await discover(v.issuer.trim(), true);
   } catch (err) {
     if (!(err instanceof OidcError)) throw err;
     throw new ValidationError(`Issuer: ${err.message}`, "issuer");
