@@ -33,6 +33,8 @@ import { authRoutes } from "./routes/auth.tsx";
 import { tenantDetailRoutes } from "./routes/tenant.tsx";
 import { tenantRoutes } from "./routes/tenants.tsx";
 import { settingsRoutes } from "./routes/settings.tsx";
+import { ssoRoutes } from "./routes/sso.tsx";
+import { ssoSettingsRoutes } from "./routes/sso_settings.tsx";
 import { statementRoutes } from "./routes/statements.tsx";
 import { usageRoutes } from "./routes/usage.tsx";
 
@@ -115,6 +117,7 @@ export function createOrchardApp(
   portal.use("*", sessionMiddleware(), csrfMiddleware(), onceMiddleware());
   portal.route("/", authRoutes);
   portal.route("/", passwordResetRoutes);
+  portal.route("/", ssoRoutes);
   const signedIn = new Hono<PortalEnv>();
   signedIn.use("*", requireSignIn(), alertBadge());
   signedIn.get("/", (c) => {
@@ -129,6 +132,7 @@ export function createOrchardApp(
   signedIn.route("/tenants", statementRoutes);
   signedIn.route("/audit", auditRoutes);
   signedIn.route("/usage", usageRoutes);
+  signedIn.route("/settings/sso", ssoSettingsRoutes);
   signedIn.route("/settings", settingsRoutes);
   signedIn.route("/admin-tokens", adminTokenRoutes);
   signedIn.route("/users", userRoutes);

@@ -86,3 +86,31 @@ export function fromBase64Url(text: string): Uint8Array {
   const bin = atob(b64 + "===".slice((b64.length + 3) % 4));
   return Uint8Array.from(bin, (c) => c.charCodeAt(0));
 }
+
+/**
+ * A 256-bit key for one purpose, derived with HKDF-SHA-256 from a server
+ * secret (`info` names the purpose, so keys of two purposes never match).
+ */
+export async function deriveKey256(
+  secret: Uint8Array,
+  info: string,
+): Promise<Uint8Array> {
+  const base = await crypto.subtle.importKey(
+    "raw",
+    secret as BufferSource,
+    "HKDF",
+    false,
+    ["deriveBits"],
+  );
+  const bits = await crypto.subtle.deriveBits(
+    {
+      name: "HKDF",
+      hash: "SHA-256",
+      salt: encoder.encode("orchard-portal"),
+      info: encoder.encode(info),
+    },
+    base,
+    256,
+  );
+  return new Uint8Array(bits);
+}

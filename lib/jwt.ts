@@ -1,7 +1,8 @@
 /**
  * The one module that uses jose. Session JWTs are HS256 with the server's
  * session key; gateway↔node JWTs are EdDSA (Ed25519); the portal's
- * one-time flash messages are JWEs (`dir` + A256GCM). Algorithms are pinned
+ * one-time flash messages and secrets kept at rest (SSO client secrets) are
+ * JWEs (`dir` + A256GCM). Algorithms are pinned
  * on verification, and `iss`, `aud` and `exp` are always required.
  */
 import * as jose from "jose";
@@ -153,6 +154,43 @@ export function peekClaims(
   try {
     const c = jose.decodeJwt(token);
     return { iss: c.iss, sub: c.sub };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Encrypts a secret for storage at rest: a compact JWE (`dir`, A256GCM)
+ * whose protected (authenticated) header names what it belongs to, so a
+ * sealed value copied onto another record does not open there.
+ */
+export function sealSecret(
+  key: Uint8Array,
+  secret: string,
+  boundTo: string,
+): Promise<string> {
+  return new jose.CompactEncrypt(new TextEncoder().encode(secret))
+    .setProtectedHeader({ alg: "dir", enc: "A256GCM", "orchard.for": boundTo })
+    .encrypt(key);
+}
+
+/** Opens a value sealed by `sealSecret` for `boundTo`; null when it does not open. */
+export async function openSecret(
+  key: Uint8Array,
+  sealed: string,
+  boundTo: string,
+): Promise<string | null> {
+  try {
+    const { plaintext, protectedHeader } = await jose.compactDecrypt(
+      sealed,
+      key,
+      {
+        keyManagementAlgorithms: ["dir"],
+        contentEncryptionAlgorithms: ["A256GCM"],
+      },
+    );
+    if (protectedHeader["orchard.for"] !== boundTo) return null;
+    return new TextDecoder().decode(plaintext);
   } catch {
     return null;
   }

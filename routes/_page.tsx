@@ -34,7 +34,7 @@ export function barePage(
   c: Context<PortalEnv>,
   title: string,
   children: ComponentChildren,
-  status: 200 | 400 | 401 | 403 | 404 | 409 | 410 | 429 | 500 = 200,
+  status: 200 | 400 | 401 | 403 | 404 | 409 | 410 | 429 | 500 | 502 = 200,
 ): Response {
   const html = renderPage(
     title,

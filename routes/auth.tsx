@@ -10,17 +10,31 @@ import {
   completeSetup,
   login,
   logout,
+  PasswordSignInOffError,
   setupPending,
   setupTokenValid,
 } from "../store/sessions.ts";
+import { signInProviders } from "../store/sso_providers.ts";
 import { acceptInvite, findInvite } from "../store/users.ts";
 import { clientIp, type PortalEnv } from "./_env.ts";
 import { clearSessionCookie, setSessionCookie } from "./_middleware.ts";
 import { portalMessage } from "./_messages.ts";
 import { barePage, safeNext, str } from "./_page.tsx";
 
+/** A sign-in option through an identity provider (routes/sso.tsx). */
+interface SsoButton {
+  id: string;
+  displayName: string;
+}
+
 function LoginForm(
-  props: { next: string; email?: string; error?: string; setup: boolean },
+  props: {
+    next: string;
+    email?: string;
+    error?: string;
+    setup: boolean;
+    sso: SsoButton[];
+  },
 ) {
   return (
     <>
@@ -54,6 +68,23 @@ function LoginForm(
         />
         <button class="primary" type="submit">Sign in</button>
       </PostForm>
+      {props.sso.length > 0 && (
+        <div class="sso-options" data-testid="sso-options">
+          <p class="muted">or</p>
+          {props.sso.map((p) => (
+            <p key={p.id}>
+              <a
+                class="btn"
+                href={`/sso/${encodeURIComponent(p.id)}/start?next=${
+                  encodeURIComponent(props.next)
+                }`}
+              >
+                Sign in with {p.displayName}
+              </a>
+            </p>
+          ))}
+        </div>
+      )}
     </>
   );
 }
@@ -63,8 +94,16 @@ export const authRoutes = new Hono<PortalEnv>()
   .get("/login", async (c) => {
     const next = safeNext(c.req.query("next"));
     if (c.get("principal")) return c.redirect(next, 303);
-    const setup = await setupPending(c.get("deps").store);
-    return barePage(c, "Sign in", <LoginForm next={next} setup={setup} />);
+    const store = c.get("deps").store;
+    const [setup, sso] = await Promise.all([
+      setupPending(store),
+      signInProviders(store),
+    ]);
+    return barePage(
+      c,
+      "Sign in",
+      <LoginForm next={next} setup={setup} sso={sso} />,
+    );
   })
   .post("/login", async (c) => {
     const body = await c.req.parseBody();
@@ -82,7 +121,11 @@ export const authRoutes = new Hono<PortalEnv>()
       return c.redirect(next, 303);
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
-      const status = err instanceof TooManyRequestsError ? 429 : 401;
+      const status = err instanceof TooManyRequestsError
+        ? 429
+        : err instanceof PasswordSignInOffError
+        ? 403
+        : 401;
       if (err instanceof TooManyRequestsError) {
         c.header("retry-after", String(err.retryAfter));
       }
@@ -94,6 +137,7 @@ export const authRoutes = new Hono<PortalEnv>()
           email={email}
           error={err.message}
           setup={false}
+          sso={await signInProviders(store)}
         />,
         status,
       );

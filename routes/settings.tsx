@@ -138,7 +138,8 @@ async function view(
           {pricing.updatedAt &&
             ` Last changed ${
               fmtTime(pricing.updatedAt)
-            } by ${pricing.updatedBy}.`}
+            } by ${pricing.updatedBy}.`}{" "}
+          <a href="/settings/sso">Single sign-on</a>
         </p>
         <FlashMessages flash={flash} />
         {flash.error && <Alert tone="error">{flash.error}</Alert>}

@@ -52,6 +52,23 @@ export const k = {
   /** The pending invite for an email (a new invite replaces it). */
   inviteByEmail: (email: string) => ["invite_by_email", email] as const,
 
+  // single sign-on (store/sso_providers.ts, store/sso_sign_in.ts,
+  // store/sign_in_policy.ts)
+  /** An OIDC provider's configuration (its client secret sealed). */
+  ssoProvider: (id: string) => ["sso_provider", id] as const,
+  ssoProviderPrefix: () => ["sso_provider"] as const,
+  /** The user an identity provider's subject (`sub`) signs in as. */
+  userBySso: (providerId: string, subject: string) =>
+    ["user_by_sso", providerId, subject] as const,
+  userBySsoPrefix: (providerId: string) => ["user_by_sso", providerId] as const,
+  /** Marks a sign-in attempt (by its state's hash) as used: each works once. */
+  ssoAttemptUsed: (stateHash: string) =>
+    ["sso_attempt_used", stateHash] as const,
+  /** Present when a tenant's users may not sign in with a password. */
+  tenantPasswordOff: (tenantId: string) =>
+    ["tenant_password_off", tenantId] as const,
+  tenantPasswordOffPrefix: () => ["tenant_password_off"] as const,
+
   // client API keys and admin API tokens
   apiKey: (id: string) => ["api_key", id] as const,
   apiKeyLastUsed: (id: string) => ["api_key_last_used", id] as const,

@@ -4,10 +4,15 @@
  */
 import { hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
 
-import { TooManyRequestsError, UnauthorizedError } from "./errors.ts";
+import {
+  ForbiddenError,
+  TooManyRequestsError,
+  UnauthorizedError,
+} from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { verifyPassword } from "./passwords.ts";
 import type { Principal } from "./principal.ts";
+import { passwordSignInAllowed } from "./sign_in_policy.ts";
 import type { Store } from "./store.ts";
 import { createUser, getUserByEmail, getUserRaw, type User } from "./users.ts";
 
@@ -18,6 +23,15 @@ export interface Session {
   createdAt: string;
   expiresAt: string;
   ip: string | null;
+}
+
+/** 403: the user's tenant signs in through its identity provider only. */
+export class PasswordSignInOffError extends ForbiddenError {
+  constructor() {
+    super(
+      "Your organisation signs in with single sign-on: use its button on the sign-in page.",
+    );
+  }
 }
 
 /** Session lifetime. */
@@ -44,7 +58,8 @@ async function failures(
 
 /**
  * Checks email and password, throttled per account and per IP (15-minute
- * windows, no permanent lockout), and opens a session.
+ * windows, no permanent lockout), and opens a session; refused (403) for a
+ * tenant whose password sign-in is off.
  */
 export async function login(
   store: Store,
@@ -85,6 +100,11 @@ export async function login(
       touchExpiry(store, k.loginFailures("ip", ipKey, w)),
     ]);
     throw new UnauthorizedError("Wrong email or password");
+  }
+  // Said only after the password checked out, so it reveals nothing to
+  // someone guessing which accounts exist.
+  if (!(await passwordSignInAllowed(store, user.tenantId))) {
+    throw new PasswordSignInOffError();
   }
   return { session: await startSession(store, user, ip, now), user };
 }

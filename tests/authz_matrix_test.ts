@@ -12,6 +12,8 @@ import { setKeyBudget, setTenantBudget } from "../store/budgets.ts";
 import { setTenantLimits } from "../store/limits.ts";
 import { writeUsage } from "../store/usage_rollups.ts";
 import { createWebhook } from "../store/webhooks.ts";
+import { setPasswordSignIn } from "../store/sign_in_policy.ts";
+import { createProvider } from "../store/sso_providers.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createInvite, createUser } from "../store/users.ts";
 import { createWorld, portalLogin, type TestWorld } from "./_helpers.ts";
@@ -173,6 +175,17 @@ const COVERAGE: Record<string, Cover> = {
     { kind: "tenant-b" },
   "POST /alerts/webhooks": { kind: "platform-only" },
   "POST /alerts/webhooks/:webhookId/delete": { kind: "platform-only" },
+  // single sign-on: signing in (public) and its settings (platform admins only)
+  "GET /sso/:providerId/start": { kind: "public" },
+  "GET /sso/:providerId/callback": { kind: "public" },
+  "GET /settings/sso": { kind: "platform-only" },
+  "GET /settings/sso/providers": { kind: "platform-only" },
+  "GET /settings/sso/providers/:rest{.+}": { kind: "platform-only" },
+  "GET /settings/sso/password": { kind: "platform-only" },
+  "POST /settings/sso/providers": { kind: "platform-only" },
+  "POST /settings/sso/providers/:providerId": { kind: "platform-only" },
+  "POST /settings/sso/providers/:providerId/delete": { kind: "platform-only" },
+  "POST /settings/sso/password": { kind: "platform-only" },
 };
 
 interface Caller {
@@ -259,6 +272,24 @@ async function seedB(
     outcome: "ok",
   }]);
   bAlertId = (await checkBudgets(w.store, b.id))[0]!.id;
+  // B's own identity provider (its button label and id are public, on the
+  // sign-in page; its issuer, client id and rules are not) and SSO-only
+  await createProvider(w.store, SYSTEM, {
+    id: "partner-idp",
+    displayName: "Partner IdP",
+    issuer: "https://login.globex-idp.example",
+    clientId: "globex-client-id",
+    clientSecret: "globex-client-secret",
+    tenantId: b.id,
+    rules: [{
+      claim: "groups",
+      op: "contains",
+      value: "globex-admins",
+      tenant: null,
+      role: "tenant_admin",
+    }],
+  });
+  await setPasswordSignIn(w.store, SYSTEM, b.id, false);
   const snapshot = async () => {
     const parts: unknown[] = [];
     for (
@@ -279,6 +310,8 @@ async function seedB(
         ["webhook_by_owner", b.id],
         ["webhook", bWebhookId],
         ["webhook_delivery_by_owner", b.id],
+        ["sso_provider", "partner-idp"],
+        ["tenant_password_off", b.id],
       ]
     ) {
       for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
@@ -302,6 +335,9 @@ async function seedB(
         "7,654,321", // as the portal shows it
         "4321.98",
         "globex-hooks",
+        "globex-idp",
+        "globex-client",
+        "globex-admins",
       ],
       snapshot,
     },
@@ -433,6 +469,15 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
     assert.equal(res.status, 200);
     assert.ok((await res.text()).includes(w.tenantB.id));
   }
+  // the SSO settings show B's provider to the platform admin only
+  const root = await portalLogin(w, "root@example.com");
+  const sso = await w.app.request("/settings/sso", {
+    headers: { cookie: root.cookie, host: "localhost" },
+  });
+  assert.equal(sso.status, 200);
+  const ssoPage = await sso.text();
+  assert.ok(ssoPage.includes("globex-client-id"));
+  assert.ok(!ssoPage.includes("globex-client-secret"));
   // …while tenant A's admin gets its own tenant's lists without B's
   for (const path of ["admin-tokens", "users", "invites"]) {
     const res = await w.app.request(`/api/admin/v1/${path}`, {

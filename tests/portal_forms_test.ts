@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { createApiKey, listApiKeys } from "../store/api_keys.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
 import { enrollNode, getNode } from "../store/nodes.ts";
+import { passwordSignInAllowed } from "../store/sign_in_policy.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { bootstrapAdmin, completeSetup } from "../store/sessions.ts";
 import { createStore } from "../store/store.ts";
@@ -333,6 +334,18 @@ Deno.test("portal forms: every post succeeds with 303 to its page's section; a p
       "/settings",
       /Settings saved\./,
     );
+    await expect(
+      "/settings/sso/password",
+      { tenantId: a, allowed: "0", confirm: "1" },
+      "/settings/sso#passwords",
+      /Password sign-in turned off/,
+    );
+    await expect(
+      "/settings/sso/password",
+      { tenantId: a, allowed: "1" },
+      "/settings/sso#passwords",
+      /Password sign-in allowed again/,
+    );
     await expect("/mesh/test-all", {}, "/mesh", /Testing all pairs/);
     await expect(
       `/nodes/${node.id}/remove`,
@@ -408,6 +421,13 @@ Deno.test("portal forms: drain, remove, suspend, revoke and disable ask first wh
     assert.equal((await getNode(w.store, SYSTEM, node.id)).drain, false);
     const remove = await root.post(`/nodes/${node.id}/remove`);
     assert.match(await remove.text(), /Remove mac-b\?/);
+    const ssoOnly = await root.post("/settings/sso/password", {
+      tenantId: a,
+      allowed: "0",
+    });
+    assert.equal(ssoOnly.status, 200);
+    assert.match(await ssoOnly.text(), /Turn password sign-in off\?/);
+    assert.equal(await passwordSignInAllowed(w.store, a), true);
     const suspend = await root.post(`/tenants/${a}`, { status: "suspended" });
     assert.equal(suspend.status, 200);
     assert.match(await suspend.text(), /Suspend Acme\?/);
