@@ -80,6 +80,10 @@ export const k = {
   /** The gateway's last check of the node's advertised URL (fleet/reachability.ts). */
   nodeReach: (id: string) => ["node_reach", id] as const,
   linkTest: (a: string, b: string) => ["link_test", a, b] as const,
+  /** The operator's model placement: per-node entries and rules (store/placement.ts). */
+  placement: () => ["config", "placement"] as const,
+  /** Operator-defined model aliases, client-facing name → model id (store/placement.ts). */
+  modelAliases: () => ["config", "model_aliases"] as const,
   linkTestPrefix: () => ["link_test"] as const,
 
   // audit log (append-only; ids are time-ordered)
