@@ -18,6 +18,9 @@ export const k = {
     ["tenant_by_name", nameLower, id] as const,
   tenantByNamePrefix: () => ["tenant_by_name"] as const,
   tenantLimits: (tenantId: string) => ["tenant_limits", tenantId] as const,
+  /** A tenant's retention choices per kind (store/retention.ts). */
+  tenantRetention: (tenantId: string) =>
+    ["tenant_retention", tenantId] as const,
 
   // users, invites, sessions, login throttling
   user: (id: string) => ["user", id] as const,
@@ -149,9 +152,12 @@ export const k = {
   /** A stored response's head: its parts' count and expiry. */
   response: (tenantId: string, id: string) =>
     ["response", tenantId, id] as const,
+  responsePrefix: (tenantId: string) => ["response", tenantId] as const,
   /** One part (≤ 60,000 bytes) of a stored response's JSON. */
   responsePart: (tenantId: string, id: string, part: number) =>
     ["response_part", tenantId, id, part] as const,
+  responsePartPrefix: (tenantId: string) =>
+    ["response_part", tenantId] as const,
   /**
    * A tenant's hour or day totals per key and model (store/spend.ts prices
    * them), bucket before key so a range of a tenant's is one read; one
