@@ -61,6 +61,13 @@ const COVERAGE: Record<string, Cover> = {
   "DELETE /api/admin/v1/tenants/:id": { kind: "tenant-b" },
   "POST /api/admin/v1/tenants/:id/deletion/cancel": { kind: "tenant-b" },
   "GET /api/admin/v1/settings/retention": { kind: "platform-only" },
+  "GET /tenants/:id/retention": { kind: "tenant-b" },
+  "POST /tenants/:id/retention": { kind: "tenant-b" },
+  "GET /tenants/:id/export": { kind: "tenant-b" },
+  "GET /tenants/:id/delete": { kind: "tenant-b" },
+  "POST /tenants/:id/delete": { kind: "tenant-b" },
+  "GET /tenants/:id/deletion/cancel": { kind: "tenant-b" },
+  "POST /tenants/:id/deletion/cancel": { kind: "tenant-b" },
   "PUT /api/admin/v1/settings/retention": { kind: "platform-only" },
   // portal
   "GET /login": { kind: "public" },
