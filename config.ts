@@ -25,7 +25,6 @@ export interface Config {
   /** On SIGTERM, how long requests in flight may take before they are ended (their node work cancelled). */
   drainTimeoutMs: number;
   /** How long a stored response (`/v1/responses` with `store`) is kept, in days. */
-  responseTtlDays: number;
 }
 
 function int(env: string, fallback: number, min: number, max: number): number {
@@ -73,7 +72,6 @@ export function loadConfig(): Config {
     allowPrivateNodeUrls: bool("ORCHARD_ALLOW_PRIVATE_NODE_URLS", false),
     allowPrivateWebhookUrls: bool("ORCHARD_ALLOW_PRIVATE_WEBHOOK_URLS", false),
     drainTimeoutMs: int("ORCHARD_DRAIN_TIMEOUT_MS", 20_000, 0, 600_000),
-    responseTtlDays: int("ORCHARD_RESPONSE_TTL_DAYS", 30, 1, 3650),
   };
 }
 
@@ -95,7 +93,6 @@ export function testConfig(over: Partial<Config> = {}): Config {
     allowPrivateNodeUrls: true,
     allowPrivateWebhookUrls: true,
     drainTimeoutMs: 20_000,
-    responseTtlDays: 30,
     ...over,
   };
 }

@@ -20,7 +20,7 @@ import {
 import type { IslandManifest } from "./lib/islands_build.ts";
 import { alertPageRoutes, budgetPageRoutes } from "./routes/budgets.tsx";
 import { createMeshPages } from "./routes/mesh.tsx";
-import { modelsRoutes } from "./routes/models.tsx";
+import { createModelsPages } from "./routes/models.tsx";
 import { createNodesPages } from "./routes/nodes.tsx";
 import { createPlaygroundPage } from "./routes/playground.tsx";
 import { createOrchardApp, type OrchardExtras } from "./server.tsx";
@@ -76,7 +76,7 @@ export function createOrchard(opts: OrchardOptions): Orchard {
     portalParts: [
       { path: "/nodes", app: createNodesPages(fleetPages) },
       { path: "/mesh", app: createMeshPages(fleetPages) },
-      { path: "/models", app: modelsRoutes },
+      { path: "/models", app: createModelsPages(fleetPages) },
       { path: "/playground", app: createPlaygroundPage(fleetPages) },
       { path: "/tenants", app: budgetPageRoutes },
       { path: "/alerts", app: alertPageRoutes },

@@ -16,6 +16,14 @@ import {
   setNodeDedication,
   setNodeDrain,
 } from "../store/nodes.ts";
+import { modelsView } from "../store/model_overview.ts";
+import {
+  addPlacementRule,
+  getModelAliases,
+  removePlacementRule,
+  setModelAlias,
+  setNodePlacement,
+} from "../store/placement.ts";
 import { requirePlatform } from "../store/principal.ts";
 import type { Store } from "../store/store.ts";
 import { readJsonBody } from "../routes/api/_json.ts";
@@ -107,6 +115,64 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
     );
     await deps.fleet.refresh?.();
     return c.json(node);
+  });
+  // Model placement and aliases (store/placement.ts); nodes learn their
+  // desired models from their next heartbeat's answer.
+  api.get("/models", async (c) => {
+    const v = await modelsView(store, c.get("principal"));
+    return c.json({
+      items: v.models,
+      mismatches: v.mismatches,
+      placement: v.placement,
+      aliases: v.aliases,
+      desired: v.desired,
+    });
+  });
+  api.put("/nodes/:id/placement", async (c) =>
+    c.json(
+      await setNodePlacement(
+        store,
+        c.get("principal"),
+        c.req.param("id"),
+        await readJsonBody(c, MAX_BODY),
+      ),
+    ));
+  api.post("/placement/rules", async (c) =>
+    c.json(
+      await addPlacementRule(
+        store,
+        c.get("principal"),
+        await readJsonBody(c, MAX_BODY),
+      ),
+      201,
+    ));
+  api.delete("/placement/rules/:rule", async (c) => {
+    await removePlacementRule(store, c.get("principal"), c.req.param("rule"));
+    return c.json({ id: c.req.param("rule"), removed: true });
+  });
+  api.get("/model-aliases", async (c) => {
+    requirePlatform(c.get("principal"));
+    return c.json(await getModelAliases(store));
+  });
+  api.put("/model-aliases/:alias", async (c) => {
+    const next = await setModelAlias(
+      store,
+      c.get("principal"),
+      c.req.param("alias"),
+      await readJsonBody(c, MAX_BODY),
+    );
+    await deps.fleet.refresh?.();
+    return c.json(next);
+  });
+  api.delete("/model-aliases/:alias", async (c) => {
+    const next = await setModelAlias(
+      store,
+      c.get("principal"),
+      c.req.param("alias"),
+      null,
+    );
+    await deps.fleet.refresh?.();
+    return c.json(next);
   });
   api.delete("/nodes/:id", async (c) => {
     await removeNode(store, c.get("principal"), c.req.param("id"));

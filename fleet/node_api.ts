@@ -90,11 +90,15 @@ export function createNodeFacingApi(deps: NodeApiDeps): Hono {
     if (typeof body.url === "string") {
       body.url = validateNodeUrl(body.url, config.allowPrivateNodeUrls);
     }
-    const { drain, url } = await recordHeartbeat(store, nodeId, body);
+    const { drain, url, placement } = await recordHeartbeat(
+      store,
+      nodeId,
+      body,
+    );
     const reachability = deps.reachability?.observe(nodeId, url);
     const res: HeartbeatResponse = reachability
-      ? { drain, reachability }
-      : { drain };
+      ? { drain, reachability, placement }
+      : { drain, placement };
     return c.json(res);
   });
   return api;

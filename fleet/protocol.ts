@@ -4,6 +4,7 @@
  * import it, so a change is one edit.
  */
 import type { EngineModel, EngineStats } from "../node/engine.ts";
+import type { PlacedModel, PlacementReport } from "./placement.ts";
 
 /** Where the gateway mounts the node-facing API. */
 export const NODE_API_PATH = "/api/node/v1";
@@ -45,6 +46,8 @@ export interface HeartbeatRequest extends EngineStats {
   probe?: Record<string, unknown>;
   /** The URL the node serves at now (updated when it changed since enrollment). */
   url?: string;
+  /** How its models compare with the placement it last received (null: none applies). */
+  placement?: PlacementReport | null;
 }
 
 /**
@@ -66,4 +69,10 @@ export interface HeartbeatResponse {
   drain: boolean;
   /** The gateway's last check of the node's current URL (absent until one ended). */
   reachability?: Reachability;
+  /**
+   * The models the node should serve, pinned ones kept loaded
+   * (fleet/placement.ts); null or absent: no placement applies, serve
+   * whatever the engine has.
+   */
+  placement?: PlacedModel[] | null;
 }

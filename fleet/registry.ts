@@ -76,6 +76,8 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   let statuses = new Map<string, NodeStatus>();
   /** Tenants some node is dedicated to. */
   let dedicated = new Set<string>();
+  /** The operator's aliases (store/placement.ts): client-facing name → model id. */
+  let aliases = new Map<string, string>();
   const jwts = new Map<string, NodeJwt>();
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -91,8 +93,10 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     }
     const it = store.kv.list<NodeStatus>({ prefix: k.nodeStatusPrefix() });
     for await (const e of it) s.set(String(e.key[1]), e.value);
+    const a = await store.kv.get<Record<string, string>>(k.modelAliases());
     records = r;
     statuses = s;
+    aliases = new Map(Object.entries(a.value ?? {}));
     dedicated = new Set(
       [...r.values()].map((n) => n.dedicatedTo).filter((t): t is string => !!t),
     );
@@ -180,14 +184,21 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     return jwt.target;
   }
 
+  /** The model an operator alias names, or `model` itself. */
+  function unalias(model: string): string {
+    return aliases.get(model) ?? model;
+  }
+
   return {
-    candidates(model) {
+    candidates(named) {
+      const model = unalias(named);
       return serving().filter((v) =>
         v.models.some((m) => servable(m) && matches(m, model))
       )
         .sort((a, b) => load(a.stats) - load(b.stats));
     },
-    knownModel(model) {
+    knownModel(named) {
+      const model = unalias(named);
       const now = Date.now();
       for (const rec of records.values()) {
         if (view(rec, now).models.some((m) => matches(m, model))) return true;
@@ -228,9 +239,15 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
           }
         }
       }
+      for (const [alias, id] of aliases) {
+        const got = byId.get(id);
+        if (got && !got.aliases.includes(alias)) got.aliases.push(alias);
+      }
       return [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
     },
-    resolveModel(model) {
+    resolveModel(named) {
+      const model = unalias(named);
+      if (model !== named) return model;
       for (const v of serving()) {
         for (const m of v.models) {
           if (servable(m) && matches(m, model)) return m.id;
@@ -255,6 +272,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     },
     hasDedicated(tenantId) {
       return dedicated.has(tenantId);
+    },
+    operatorAliases() {
+      return aliases;
     },
     refresh,
     async close() {

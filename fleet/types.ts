@@ -55,6 +55,8 @@ export interface Fleet {
   nodes?(): NodeView[];
   /** Whether some enrolled node (in any state) is dedicated to the tenant. */
   hasDedicated?(tenantId: string): boolean;
+  /** The operator's aliases, client-facing name → model id (store/placement.ts). */
+  operatorAliases?(): ReadonlyMap<string, string>;
   /** Resolves an alias to its model id (or returns the id unchanged). */
   resolveModel(model: string): string;
   /**

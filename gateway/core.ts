@@ -43,6 +43,7 @@ import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
 import { promptUpper, type TemplateOverhead } from "./tokens.ts";
 import type { ParsedRequest } from "./validate.ts";
 import { quotaHeaders, rejectionError } from "./ratelimit_headers.ts";
+import { startRetentionSweeper } from "../store/retention_sweep.ts";
 
 /** Tunables of the gateway (tests shorten timeouts). */
 export interface GatewayOptions {
@@ -68,6 +69,11 @@ export interface GatewayOptions {
    * `start()` on; `false`: never (another process sends them).
    */
   webhooks?: Partial<DispatcherOptions> | false;
+  /**
+   * Sweep records past their tenant's retention (store/retention_sweep.ts)
+   * hourly from `start()` on (default true; any gateway sharing the KV may).
+   */
+  retentionSweep?: boolean;
   /** Least time between two budget checks of one tenant (default 2 s). */
   budgetCheckMs?: number;
   /**
@@ -100,6 +106,8 @@ export class GatewayCore {
   /** Sends queued webhook deliveries (from `start()`, unless disabled). */
   readonly webhooks: WebhookDispatcher;
   readonly #sendWebhooks: boolean;
+  readonly #sweep: boolean;
+  #sweeper: { stop(): Promise<void> } | null = null;
   readonly #unwatchUsage: () => void;
   readonly #pending = new Set<Promise<unknown>>();
   readonly #journalDir: string | null;
@@ -151,6 +159,7 @@ export class GatewayCore {
     this.usage = new UsageWriter(deps.store, this.log);
     this.prices = new PriceCache(deps.store);
     this.#sendWebhooks = opts.webhooks !== false;
+    this.#sweep = opts.retentionSweep ?? true;
     this.webhooks = new WebhookDispatcher(deps.store, {
       allowPrivate: deps.config.allowPrivateWebhookUrls,
       log: this.log,
@@ -214,6 +223,12 @@ export class GatewayCore {
     await this.instance?.start();
     if (this.deps.config.kvUrl) this.keys.watch();
     if (this.#sendWebhooks) this.webhooks.start();
+    if (this.#sweep) {
+      this.#sweeper = startRetentionSweeper(this.deps.store, {
+        onError: (err) =>
+          this.log.warn("retention sweep failed", { error: String(err) }),
+      });
+    }
   }
 
   /**
@@ -226,6 +241,7 @@ export class GatewayCore {
     await this.budgets.close();
     this.#unwatchUsage();
     await this.webhooks.close();
+    await this.#sweeper?.stop();
     await this.admitter.close();
     this.keys.close();
     await this.instance?.close();

@@ -323,13 +323,28 @@ export async function models(
       modelAllowed(ctx, m.id, m.id) ||
       m.aliases.some((a) => modelAllowed(ctx, m.id, a))
     );
-    const view = (m: (typeof list)[number]) => ({
+    const view = (m: { id: string }) => ({
       id: m.id,
       object: "model",
       created: STARTED,
       owned_by: "orchard",
     });
-    if (id === null) return json(ex, { object: "list", data: list.map(view) });
+    // The operator's aliases are listed as models of their own (a client
+    // picks a name from this list); a node's own aliases resolve but are not listed.
+    const served = new Set(list.map((m) => m.id));
+    const aliased = [...(core.fleet.operatorAliases?.() ?? [])]
+      .filter(([alias, target]) =>
+        served.has(target) && !served.has(alias) &&
+        modelAllowed(ctx, target, alias)
+      ).map(([alias]) => ({ id: alias }));
+    if (id === null) {
+      return json(ex, {
+        object: "list",
+        data: [...list, ...aliased].sort((a, b) => a.id < b.id ? -1 : 1)
+          .map(view),
+      });
+    }
+    if (aliased.some((a) => a.id === id)) return json(ex, view({ id }));
     const resolved = core.fleet.resolveModel(id);
     const m = list.find((x) => x.id === resolved);
     if (!m) {

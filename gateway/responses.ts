@@ -11,6 +11,7 @@
  * `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`; another
  * tenant's response is not found (404).
  */
+import { tenantRetention } from "../store/retention.ts";
 import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
 import {
   DAY_MS,
@@ -166,13 +167,19 @@ export async function createResponse(
       echo: r.echo,
     };
     const tenantId = ctx.tenant.id;
-    const ttlMs = core.deps.config.responseTtlDays * DAY_MS;
+    // kept for the tenant's retention period (store/retention.ts)
     const save = r.store
-      ? (response: Record<string, unknown>) =>
-        saveResponse(core.deps.store, tenantId, shell.id, {
-          response,
-          input: items,
-        }, ttlMs)
+      ? async (response: Record<string, unknown>) =>
+        saveResponse(
+          core.deps.store,
+          tenantId,
+          shell.id,
+          {
+            response,
+            input: items,
+          },
+          (await tenantRetention(core.deps.store, tenantId)).responses * DAY_MS,
+        )
       : null;
     const headers = { ...ex.headers, "x-request-id": requestId };
     if (up.kind === "stream") {

@@ -74,6 +74,13 @@ export interface EngineStats {
   detail?: string;
 }
 
+/** A model the operator placed on this node (fleet/placement.ts). */
+export interface DesiredModel {
+  id: string;
+  /** Keep it loaded: load it now, never unload it when idle. */
+  pinned: boolean;
+}
+
 /** A loosely typed OpenAI request body, already parsed from JSON. */
 export type OpenAIBody = Record<string, unknown>;
 
@@ -93,6 +100,16 @@ export interface Engine {
   embeddings(body: OpenAIBody, signal: AbortSignal): Promise<Response>;
   /** Current load and health. */
   stats(): EngineStats;
+  /**
+   * Applies the operator's placement (null: none, serve every model):
+   * load pinned models and keep them loaded, unload and stop serving the
+   * others. Engines that cannot load or unload (a fronted server) leave it
+   * out; the node then only reports how the engine's models differ.
+   * Called with every heartbeat answer: cheap when nothing changed.
+   */
+  place?(desired: DesiredModel[] | null): void;
+  /** Why placed models failed to load, by model id (engines with `place`). */
+  placementErrors?(): Record<string, string>;
   /** Stops the engine and frees everything; idempotent. */
   close(): Promise<void>;
 }

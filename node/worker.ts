@@ -15,7 +15,8 @@ import {
   type Reachability,
 } from "../fleet/protocol.ts";
 import { createGatewayVerifier } from "./auth.ts";
-import type { Engine } from "./engine.ts";
+import { placementReport } from "../fleet/placement.ts";
+import type { DesiredModel, Engine } from "./engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
 import { defaultTokenizerSearch } from "./engines/tokens.ts";
 import { DEFAULT_PORT } from "./flags.ts";
@@ -242,15 +243,37 @@ export async function startNodeWorker(
     const url = opts.advertiseUrl?.replace(/\/+$/, "") ??
       advertised(opts.host ?? "0.0.0.0", server.addr.port);
     const drain = new DrainState(() => void heartbeat?.beatNow());
-    const collect = async (withProbe: boolean): Promise<HeartbeatRequest> => ({
-      intervalMs: heartbeatMs,
-      ...engine.stats(),
-      memory: memoryNow(),
-      models: await engine.models(),
-      drainState: drain.state,
-      url,
-      ...(withProbe ? { probe: await collectProbe() } : {}),
-    });
+    /** The placement the gateway last answered (null: none applies). */
+    let desired: DesiredModel[] | null = null;
+    const collect = async (withProbe: boolean): Promise<HeartbeatRequest> => {
+      const models = await engine.models();
+      return {
+        intervalMs: heartbeatMs,
+        ...engine.stats(),
+        memory: memoryNow(),
+        models,
+        drainState: drain.state,
+        url,
+        placement: desired
+          ? placementReport(desired, models, {
+            canUnload: !!engine.place,
+            errors: engine.placementErrors?.(),
+          })
+          : null,
+        ...(withProbe ? { probe: await collectProbe() } : {}),
+      };
+    };
+    const placed = (r: HeartbeatResponse | null) => {
+      const next = Array.isArray(r?.placement) ? r.placement : null;
+      if (JSON.stringify(next) !== JSON.stringify(desired)) {
+        log.info("model placement", {
+          models: next?.map((m) => `${m.id}${m.pinned ? " (pinned)" : ""}`) ??
+            "none",
+        });
+      }
+      desired = next;
+      engine.place?.(desired);
+    };
 
     const reached = (r: HeartbeatResponse | null) => {
       if (r?.reachability) {
@@ -275,7 +298,10 @@ export async function startNodeWorker(
         removed = true;
       } else if (res.status !== 200) {
         throw new Error(`Cannot reach ${gatewayUrl}: status ${res.status}`);
-      } else reached(res.body as HeartbeatResponse | null);
+      } else {
+        reached(res.body as HeartbeatResponse | null);
+        placed(res.body as HeartbeatResponse | null);
+      }
     }
     if (!enrollment) {
       if (!opts.joinToken) {
@@ -329,6 +355,7 @@ export async function startNodeWorker(
       onResponse: (r) => {
         drain.set(r?.drain === true);
         reached(r);
+        placed(r);
       },
       // removed (or unknown): stop at once rather than knock every beat
       onRejected: (_s, msg) => {

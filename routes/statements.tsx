@@ -2,6 +2,11 @@
  * `/tenants/:id/statements/:month`: a tenant's monthly statement (token
  * charges plus its share of node energy and hardware) and its CSV.
  */
+import {
+  getTenantRetention,
+  RETENTION_KINDS,
+  RETENTION_LABELS,
+} from "../store/retention.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { fmtInt, Stats } from "../components/dashboard.tsx";
@@ -121,6 +126,7 @@ async function view(c: C) {
   const p = c.get("principal")!;
   const tenant = await getTenant(store, p, c.req.param("id")!);
   const month = c.req.param("month")!.slice(0, 20);
+  const retention = await getTenantRetention(store, p, tenant.id);
   const valid = /^\d{4}-(0[1-9]|1[0-2])$/.test(month);
   const first = monthOf(Date.parse(tenant.createdAt));
   const last = monthOf(Date.now());
@@ -206,6 +212,15 @@ async function view(c: C) {
           </Alert>
         )}
         {s && body(s)}
+        <p class="muted" data-testid="retention-footer">
+          Records kept:{" "}
+          {RETENTION_KINDS.map((kind) =>
+            `${RETENTION_LABELS[kind].toLowerCase()} ${
+              retention.periods[kind]
+            } days`
+          ).join(", ")}{" "}
+          (<a href={`/tenants/${tenant.id}#retention`}>retention</a>).
+        </p>
       </>
     ),
     error ? 400 : 200,

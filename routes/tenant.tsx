@@ -44,6 +44,16 @@ import {
   revokeInvite,
   setUserDisabled,
 } from "../store/users.ts";
+import { RetentionCard } from "../components/retention.tsx";
+import {
+  cancelTenantDeletion,
+  getTenantRetention,
+  RETENTION_KINDS,
+  scheduleTenantDeletion,
+  setTenantRetention,
+} from "../store/retention.ts";
+import { exportTenant } from "../store/tenant_export.ts";
+import { exportFileName } from "./api/retention.ts";
 import { confirmed, confirmPage } from "./_confirm.tsx";
 import type { PortalEnv } from "./_env.ts";
 import {
@@ -57,7 +67,7 @@ import { page, str } from "./_page.tsx";
 
 type C = Context<PortalEnv>;
 
-type Section = "keys" | "limits" | "members" | "settings";
+type Section = "keys" | "limits" | "members" | "settings" | "retention";
 
 /** An error to show in a section, with what was typed there. */
 interface Failure {
@@ -99,7 +109,7 @@ async function view(
   const id = c.req.param("id")!;
   const tenant = await getTenant(store, p, id);
   const canWrite = p.role !== "tenant_viewer";
-  const [keys, limits, members, quota, invites, alerts, openAlerts] =
+  const [keys, limits, members, quota, invites, alerts, openAlerts, retention] =
     await Promise.all([
       listApiKeys(store, p, id, { limit: 100 }),
       getTenantLimits(store, p, id),
@@ -108,6 +118,7 @@ async function view(
       canWrite ? listInvites(store, p, id) : Promise.resolve([]),
       listAlerts(store, p, id, { limit: 5 }),
       openAlertCount(store, id),
+      getTenantRetention(store, p, id),
     ]);
   const csrf = c.get("csrf");
   const input = (s: Section, name: string) =>
@@ -444,6 +455,15 @@ async function view(
             )}
           </Card>
         </div>
+        <RetentionCard
+          tenantId={id}
+          retention={retention}
+          csrf={csrf}
+          canWrite={canWrite}
+          platform={isPlatform(p)}
+          messages={messages("retention")}
+          input={(name) => input("retention", name)}
+        />
         {isPlatform(p) && (
           <Card title="Settings" id="settings">
             {messages("settings")}
@@ -585,6 +605,73 @@ export const tenantDetailRoutes = new Hono<PortalEnv>()
         ok: patch.status
           ? `Tenant ${t.status === "active" ? "resumed" : "suspended"}.`
           : "Tenant renamed.",
+      };
+    }))
+  .get("/:id/retention", toSection("retention"))
+  .post("/:id/retention", (c) =>
+    attempt(c, "retention", async () => {
+      const body = await c.req.parseBody();
+      const choice: Record<string, number | null> = {};
+      for (const kind of RETENTION_KINDS) {
+        const raw = str(body[kind]).trim();
+        choice[kind] = raw === "" ? null : Number(raw);
+      }
+      await setTenantRetention(
+        c.get("deps").store,
+        c.get("principal")!,
+        c.req.param("id"),
+        choice,
+      );
+      return {
+        ok: "Retention saved; older records are removed within the hour.",
+      };
+    }))
+  .get("/:id/export", async (c) => {
+    const store = c.get("deps").store;
+    const t = await getTenant(store, c.get("principal")!, c.req.param("id"));
+    const doc = await exportTenant(store, c.get("principal")!, t.id);
+    c.header("cache-control", "no-store");
+    c.header(
+      "content-disposition",
+      `attachment; filename="${exportFileName(t.slug)}"`,
+    );
+    return c.json(doc);
+  })
+  .get("/:id/delete", toSection("retention"))
+  .post("/:id/delete", (c) =>
+    attempt(c, "retention", async () => {
+      const store = c.get("deps").store;
+      const p = c.get("principal")!;
+      const t = await getTenant(store, p, c.req.param("id"));
+      requirePlatform(p);
+      if (!(await confirmed(c))) {
+        return confirmPage(c, {
+          title: `Delete ${t.name}?`,
+          question:
+            "Its API keys stop working at once; its records are removed after the grace period.",
+          confirmLabel: "Yes, delete",
+          action: `/tenants/${t.id}/delete`,
+          back: `/tenants/${t.id}#retention`,
+          active: "/tenants",
+        });
+      }
+      const after = await scheduleTenantDeletion(store, p, t.id);
+      return {
+        ok: `Tenant disabled; its data is removed on ${
+          after.deletion!.purgeAt.slice(0, 10)
+        }.`,
+      };
+    }))
+  .get("/:id/deletion/cancel", toSection("retention"))
+  .post("/:id/deletion/cancel", (c) =>
+    attempt(c, "retention", async () => {
+      await cancelTenantDeletion(
+        c.get("deps").store,
+        c.get("principal")!,
+        c.req.param("id"),
+      );
+      return {
+        ok: "Deletion cancelled; the tenant stays suspended until resumed.",
       };
     }))
   .get("/:id/keys", toSection("keys"))

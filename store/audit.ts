@@ -3,6 +3,7 @@ import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
 import { listPage, type Page, type PageOptions } from "./pagination.ts";
 import { isPlatform, type Principal } from "./principal.ts";
+import { retentionMs } from "./retention.ts";
 
 /** One audit entry. Never holds secrets or prompt text. */
 export interface AuditEntry {
@@ -44,9 +45,11 @@ export function addAudit(
     after: input.after ?? null,
     ip: p.ip,
   };
-  // Indexes hold the whole entry so a filtered page is one list, no joins.
-  op.set(k.audit(id), entry).set(k.auditByActor(p.id, id), entry);
-  if (input.tenantId) op.set(k.auditByTenant(input.tenantId, id), entry);
+  // Indexes hold the whole entry so a filtered page is one list, no joins;
+  // each expires after the tenant's audit retention (store/retention.ts).
+  const ttl = { expireIn: retentionMs(input.tenantId, "audit") };
+  op.set(k.audit(id), entry, ttl).set(k.auditByActor(p.id, id), entry, ttl);
+  if (input.tenantId) op.set(k.auditByTenant(input.tenantId, id), entry, ttl);
   return op;
 }
 

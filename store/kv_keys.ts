@@ -18,6 +18,9 @@ export const k = {
     ["tenant_by_name", nameLower, id] as const,
   tenantByNamePrefix: () => ["tenant_by_name"] as const,
   tenantLimits: (tenantId: string) => ["tenant_limits", tenantId] as const,
+  /** A tenant's retention choices per kind (store/retention.ts). */
+  tenantRetention: (tenantId: string) =>
+    ["tenant_retention", tenantId] as const,
 
   // users, invites, sessions, login throttling
   user: (id: string) => ["user", id] as const,
@@ -97,6 +100,10 @@ export const k = {
   /** The gateway's last check of the node's advertised URL (fleet/reachability.ts). */
   nodeReach: (id: string) => ["node_reach", id] as const,
   linkTest: (a: string, b: string) => ["link_test", a, b] as const,
+  /** The operator's model placement: per-node entries and rules (store/placement.ts). */
+  placement: () => ["config", "placement"] as const,
+  /** Operator-defined model aliases, client-facing name → model id (store/placement.ts). */
+  modelAliases: () => ["config", "model_aliases"] as const,
   linkTestPrefix: () => ["link_test"] as const,
 
   // audit log (append-only; ids are time-ordered)
@@ -162,9 +169,12 @@ export const k = {
   /** A stored response's head: its parts' count and expiry. */
   response: (tenantId: string, id: string) =>
     ["response", tenantId, id] as const,
+  responsePrefix: (tenantId: string) => ["response", tenantId] as const,
   /** One part (≤ 60,000 bytes) of a stored response's JSON. */
   responsePart: (tenantId: string, id: string, part: number) =>
     ["response_part", tenantId, id, part] as const,
+  responsePartPrefix: (tenantId: string) =>
+    ["response_part", tenantId] as const,
   /**
    * A tenant's hour or day totals per key and model (store/spend.ts prices
    * them), bucket before key so a range of a tenant's is one read; one

@@ -5,6 +5,14 @@
  */
 import { z } from "zod";
 import { jwkThumbprint } from "../lib/jwt.ts";
+import {
+  desiredModels,
+  factsOf,
+  NO_PLACEMENT,
+  type PlacedModel,
+  type Placement,
+  type PlacementReport,
+} from "../fleet/placement.ts";
 import type { Reachability } from "../fleet/protocol.ts";
 import type { EngineModel, EngineStats } from "../node/engine.ts";
 import { addAudit } from "./audit.ts";
@@ -19,6 +27,7 @@ import { newId } from "./ids.ts";
 import { consumeJoinToken, type JoinRejection } from "./join_tokens.ts";
 import { k } from "./kv_keys.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
+import { forgetNodePlacement } from "./placement.ts";
 import { parse } from "./schemas.ts";
 import type { Store } from "./store.ts";
 
@@ -52,6 +61,8 @@ export interface NodeStatus {
   memory: { totalBytes: number; freeBytes: number } | null;
   models: EngineModel[];
   drainState: "none" | "draining" | "drained";
+  /** How its models compare with its placement (absent: none applies, or an older node). */
+  placement?: PlacementReport | null;
 }
 
 /** A link-test result between two nodes (`orchard.linktest/1`). */
@@ -115,6 +126,15 @@ export const heartbeatSchema = z.object({
   probe: z.record(z.string(), z.unknown()).optional(),
   /** The node's current URL, already validated by the caller. */
   url: z.string().min(1).max(2000).optional(),
+  placement: z.object({
+    desired: z.array(z.object({ id: z.string().max(200), pinned: z.boolean() }))
+      .max(256),
+    missing: z.array(z.string().max(200)).max(256),
+    notLoaded: z.array(z.string().max(200)).max(256),
+    extra: z.array(z.string().max(200)).max(256),
+    errors: z.record(z.string().max(200), z.string().max(500)),
+    mismatch: z.string().max(2000).nullable(),
+  }).nullable().optional(),
 });
 
 function sizeCheck(value: unknown, what: string): void {
@@ -198,14 +218,15 @@ export async function getNodeRecord(
 
 /**
  * Stores a heartbeat (and a changed URL, validated by the caller) and
- * returns whether the node should drain, and its URL now. Throws 401 when
- * the node no longer exists (it was removed).
+ * returns whether the node should drain, its URL now, and the models it
+ * should serve (null: no placement applies). Throws 401 when the node no
+ * longer exists (it was removed).
  */
 export async function recordHeartbeat(
   store: Store,
   nodeId: string,
   input: unknown,
-): Promise<{ drain: boolean; url: string }> {
+): Promise<{ drain: boolean; url: string; placement: PlacedModel[] | null }> {
   const hb = parse(heartbeatSchema, input);
   const status: NodeStatus = {
     at: new Date().toISOString(),
@@ -221,20 +242,35 @@ export async function recordHeartbeat(
     memory: hb.memory,
     models: hb.models,
     drainState: hb.drainState,
+    ...(hb.placement !== undefined ? { placement: hb.placement } : {}),
   };
   sizeCheck(status, "Heartbeat");
   if (hb.probe) sizeCheck(hb.probe, "Probe");
   // The check on the node makes a removal win: no status outlives its node.
   for (let attempt = 0; attempt < 5; attempt++) {
-    const entry = await store.kv.get<NodeRecord>(k.node(nodeId));
+    const [entry, placed, stored] = await store.kv.getMany<
+      [NodeRecord, Placement, Record<string, unknown>]
+    >([k.node(nodeId), k.placement(), k.nodeProbe(nodeId)]);
     if (!entry.value) throw new UnauthorizedError("Node is not enrolled");
+    const facts = factsOf(
+      entry.value.engine,
+      hb.memory,
+      hb.probe ?? stored.value,
+    );
+    const placement = desiredModels(
+      placed.value ?? NO_PLACEMENT,
+      nodeId,
+      facts,
+    );
     const op = store.kv.atomic().check(entry).set(k.nodeStatus(nodeId), status);
     if (hb.probe) op.set(k.nodeProbe(nodeId), hb.probe);
     const url = hb.url ?? entry.value.url;
     if (url !== entry.value.url) {
       op.set(k.node(nodeId), { ...entry.value, url });
     }
-    if ((await op.commit()).ok) return { drain: entry.value.drain, url };
+    if ((await op.commit()).ok) {
+      return { drain: entry.value.drain, url, placement };
+    }
   }
   throw new ConflictError("Node changed concurrently; try again");
 }
@@ -423,6 +459,7 @@ export async function removeNode(
   if (!(await op.commit()).ok) {
     throw new ConflictError("Node changed concurrently; try again");
   }
+  await forgetNodePlacement(store, p, id);
   // Link tests are many keys; removed after the node so none can be re-added.
   for await (const e of store.kv.list({ prefix: k.linkTestPrefix() })) {
     if (e.key[1] === id || e.key[2] === id) await store.kv.delete(e.key);

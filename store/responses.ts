@@ -2,8 +2,8 @@
  * Stored Responses (`POST /v1/responses` with `store`, OpenAI's default):
  * each response with the conversation that led to it (its input items:
  * the previous response's input and output, then the request's own
- * input), kept per tenant for a while (`ORCHARD_RESPONSE_TTL_DAYS`, 30 by
- * default), so that a later request names it as `previous_response_id`
+ * input), kept for the tenant's retention period (store/retention.ts, 30
+ * days by default), so that a later request names it as `previous_response_id`
  * and `GET`/`DELETE /v1/responses/{id}` read or delete it.
  *
  * A conversation outgrows one KV value (64 KiB), so its JSON is cut into
@@ -34,11 +34,14 @@ export interface StoredResponse {
   input: Record<string, unknown>[];
 }
 
-interface Head {
+/** A stored response's head. */
+export interface Head {
   parts: number;
   bytes: number;
   /** Epoch ms; KV deletes expired keys lazily, so reads check it too. */
   expiresAt: number;
+  /** Epoch ms it was stored (absent on older heads): the retention sweeper's clock. */
+  createdAt?: number;
 }
 
 /** Stores a response for `ttlMs`; throws when KV refuses a commit. */
@@ -51,10 +54,12 @@ export async function saveResponse(
 ): Promise<void> {
   const bytes = new TextEncoder().encode(JSON.stringify(value));
   const parts = Math.max(1, Math.ceil(bytes.length / PART_BYTES));
+  const now = Date.now();
   const head: Head = {
     parts,
     bytes: bytes.length,
-    expiresAt: Date.now() + ttlMs,
+    expiresAt: now + ttlMs,
+    createdAt: now,
   };
   for (let i = 0; i < parts; i += PARTS_PER_COMMIT) {
     const op = store.kv.atomic();

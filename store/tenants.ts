@@ -32,6 +32,11 @@ export interface Tenant {
    * down (default false: only its own). Without dedicated nodes: unused.
    */
   overflowToShared?: boolean;
+  /**
+   * Set when a platform admin deleted the tenant: it is suspended at once
+   * and its data is removed at `purgeAt` (store/retention.ts).
+   */
+  deletion?: { requestedAt: string; purgeAt: string; by: string };
   createdAt: string;
   updatedAt: string;
 }
@@ -164,6 +169,12 @@ export async function updateTenant(
   const entry = await store.kv.get<Tenant>(k.tenant(id));
   const before = entry.value;
   if (!before) throw new NotFoundError("Tenant");
+  if (before.deletion && patch.status === "active") {
+    throw new ConflictError(
+      "This tenant is being deleted; cancel the deletion before resuming it",
+      "status",
+    );
+  }
   const after: Tenant = {
     ...before,
     ...(patch.name !== undefined ? { name: patch.name } : {}),

@@ -63,9 +63,6 @@ export const LATENCY_BUCKETS_MS = [
   Infinity,
 ] as const;
 
-/** How long single usage records are kept (rollups are kept). */
-export const USAGE_RECORD_TTL_MS = 90 * 86_400_000;
-
 /** The bucket index of a duration. */
 export function bucketOf(ms: number): number {
   let i = 0;

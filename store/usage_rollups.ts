@@ -27,6 +27,7 @@
  * overwritten.
  */
 import { k, type UsageDimension, type UsageMonthDimension } from "./kv_keys.ts";
+import { retentionMs } from "./retention.ts";
 import type { Store } from "./store.ts";
 import {
   bucketOf,
@@ -35,7 +36,6 @@ import {
   type RollupFields,
   SEQ_FIELD,
   timeBucket,
-  USAGE_RECORD_TTL_MS,
   type UsageRecord,
 } from "./usage.ts";
 import type { JournalEntry, UsageJournal } from "./usage_journal.ts";
@@ -526,7 +526,7 @@ export class UsageRollups {
       sets.push([
         k.usageRecord(tenantId, value[0]!.id),
         value,
-        { expireIn: USAGE_RECORD_TTL_MS },
+        { expireIn: retentionMs(tenantId, "usage") },
         value.length,
       ]);
     }

@@ -56,6 +56,21 @@ const COVERAGE: Record<string, Cover> = {
   "POST /api/admin/v1/users/:userId/password-reset": { kind: "tenant-b" },
   "GET /api/admin/v1/invites": { kind: "own" },
   "DELETE /api/admin/v1/invites/:inviteId": { kind: "tenant-b" },
+  // retention, export and deletion (issue 31)
+  "GET /api/admin/v1/tenants/:id/retention": { kind: "tenant-b" },
+  "PUT /api/admin/v1/tenants/:id/retention": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/export": { kind: "tenant-b" },
+  "DELETE /api/admin/v1/tenants/:id": { kind: "tenant-b" },
+  "POST /api/admin/v1/tenants/:id/deletion/cancel": { kind: "tenant-b" },
+  "GET /api/admin/v1/settings/retention": { kind: "platform-only" },
+  "GET /tenants/:id/retention": { kind: "tenant-b" },
+  "POST /tenants/:id/retention": { kind: "tenant-b" },
+  "GET /tenants/:id/export": { kind: "tenant-b" },
+  "GET /tenants/:id/delete": { kind: "tenant-b" },
+  "POST /tenants/:id/delete": { kind: "tenant-b" },
+  "GET /tenants/:id/deletion/cancel": { kind: "tenant-b" },
+  "POST /tenants/:id/deletion/cancel": { kind: "tenant-b" },
+  "PUT /api/admin/v1/settings/retention": { kind: "platform-only" },
   // portal
   "GET /login": { kind: "public" },
   "POST /login": { kind: "public" },
@@ -105,6 +120,24 @@ const COVERAGE: Record<string, Cover> = {
   "POST /mesh/test-all": { kind: "platform-only" },
   "GET /mesh/progress": { kind: "platform-only" },
   "GET /models": { kind: "platform-only" },
+  // model placement and aliases (issue 31)
+  "GET /models/nodes/:id/placement": { kind: "platform-only" },
+  "POST /models/nodes/:id/placement": { kind: "platform-only" },
+  "GET /models/rules": { kind: "platform-only" },
+  "POST /models/rules": { kind: "platform-only" },
+  "GET /models/rules/:id/remove": { kind: "platform-only" },
+  "POST /models/rules/:id/remove": { kind: "platform-only" },
+  "GET /models/aliases": { kind: "platform-only" },
+  "POST /models/aliases": { kind: "platform-only" },
+  "GET /models/aliases/remove": { kind: "platform-only" },
+  "POST /models/aliases/remove": { kind: "platform-only" },
+  "GET /api/admin/v1/models": { kind: "platform-only" },
+  "PUT /api/admin/v1/nodes/:id/placement": { kind: "platform-only" },
+  "POST /api/admin/v1/placement/rules": { kind: "platform-only" },
+  "DELETE /api/admin/v1/placement/rules/:rule": { kind: "platform-only" },
+  "GET /api/admin/v1/model-aliases": { kind: "platform-only" },
+  "PUT /api/admin/v1/model-aliases/:alias": { kind: "platform-only" },
+  "DELETE /api/admin/v1/model-aliases/:alias": { kind: "platform-only" },
   "GET /playground": { kind: "own" },
   // a plain GET of a form's address goes to its page (issue 28)
   "GET /favicon.ico": { kind: "public" },
@@ -487,5 +520,60 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
     const text = await res.text();
     assert.ok(!text.includes(w.tenantB.id), path);
   }
+  await w.close();
+});
+
+Deno.test("authorization matrix: tenant admins read their own retention and export; only platform admins change the bounds or delete a tenant", async () => {
+  const w = await createWorld();
+  const a = w.tenantA.id;
+  const call = (token: string, method: string, path: string, body?: unknown) =>
+    Promise.resolve(w.app.request(`/api/admin/v1${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body ? { "content-type": "application/json" } : {}),
+      },
+      body: body ? JSON.stringify(body) : undefined,
+    })).then(async (r) => {
+      await r.body?.cancel();
+      return r.status;
+    });
+  const bounds = {
+    defaults: { usage: 90, audit: 365, responses: 30, requestLog: 30 },
+    min: { usage: 1, audit: 30, responses: 1, requestLog: 1 },
+    max: { usage: 730, audit: 3650, responses: 365, requestLog: 365 },
+    deletionGraceDays: 30,
+  };
+  const { adminA, viewerA, platform } = w.tokens;
+  assert.equal(await call(adminA, "GET", `/tenants/${a}/retention`), 200);
+  assert.equal(await call(viewerA, "GET", `/tenants/${a}/retention`), 200);
+  assert.equal(await call(adminA, "GET", `/tenants/${a}/export`), 200);
+  assert.equal(await call(viewerA, "GET", `/tenants/${a}/export`), 403);
+  assert.equal(
+    await call(adminA, "PUT", `/tenants/${a}/retention`, { usage: 30 }),
+    200,
+  );
+  assert.equal(
+    await call(viewerA, "PUT", `/tenants/${a}/retention`, { usage: 30 }),
+    403,
+  );
+  for (const token of [adminA, viewerA]) {
+    assert.equal(await call(token, "GET", "/settings/retention"), 403);
+    assert.equal(
+      await call(token, "PUT", "/settings/retention", bounds),
+      403,
+    );
+    assert.equal(await call(token, "DELETE", `/tenants/${a}`), 403);
+    assert.equal(
+      await call(token, "POST", `/tenants/${a}/deletion/cancel`),
+      403,
+    );
+  }
+  assert.equal(await call(platform, "PUT", "/settings/retention", bounds), 200);
+  assert.equal(await call(platform, "DELETE", `/tenants/${a}`), 202);
+  assert.equal(
+    await call(platform, "POST", `/tenants/${a}/deletion/cancel`),
+    200,
+  );
   await w.close();
 });

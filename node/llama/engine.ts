@@ -6,6 +6,7 @@
 import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import type {
+  DesiredModel,
   Engine,
   EngineModel,
   EngineStats,
@@ -89,6 +90,10 @@ export class LlamaEngine implements Engine {
   #detail: string | undefined = "not started";
   #timer: ReturnType<typeof setInterval> | undefined;
   #closed = false;
+  /** The operator's placement: model id → pinned; null when none applies. */
+  #desired: Map<string, boolean> | null = null;
+  /** Why a pinned model failed to load, and when (retried after PLACE_RETRY_MS). */
+  #placeErrors = new Map<string, { error: string; at: number }>();
 
   constructor(o: LlamaEngineOptions) {
     const slots = o.slots ?? 4;
@@ -161,6 +166,7 @@ export class LlamaEngine implements Engine {
         contextLength: this.#contextOf(e),
         aliases: e.sidecar.aliases ?? [],
         ...this.#overheadOf(e),
+        ...(this.#isPlaced(e.id) ? {} : { servable: false as const }),
       });
     }
     return out;
@@ -215,6 +221,26 @@ export class LlamaEngine implements Engine {
       healthy: this.#healthy && !this.#closed,
       detail: this.#detail,
     };
+  }
+
+  /**
+   * Applies the operator's placement: pinned models load now and stay
+   * loaded; models not placed here are unloaded (once their requests end)
+   * and listed as not servable, so the gateway routes none to them.
+   */
+  place(desired: DesiredModel[] | null): void {
+    if (this.#closed) return;
+    this.#desired = desired
+      ? new Map(desired.map((d) => [d.id, d.pinned]))
+      : null;
+    if (!this.#desired) this.#placeErrors.clear();
+    this.#applyPlacement();
+  }
+
+  placementErrors(): Record<string, string> {
+    return Object.fromEntries(
+      [...this.#placeErrors].map(([id, e]) => [id, e.error]),
+    );
   }
 
   /** Most requests that have shared one decode step since start. */
@@ -443,6 +469,14 @@ export class LlamaEngine implements Engine {
         },
       );
     }
+    if (!this.#isPlaced(e.id)) {
+      throw new OpenAIError(
+        503,
+        "model_unavailable",
+        `The model \`${e.id}\` is not placed on this node`,
+        { param: "model", headers: { "retry-after": "5" } },
+      );
+    }
     return this.#loaded(e);
   }
 
@@ -557,9 +591,53 @@ export class LlamaEngine implements Engine {
     this.#catalog = await scanModels(this.#opts.modelsDir, this.#catalog);
   }
 
+  /** Whether the placement lets this node serve the model (no placement: every model). */
+  #isPlaced(id: string): boolean {
+    return !this.#desired || this.#desired.has(id);
+  }
+
+  /** Unloads idle models not placed here; loads pinned ones not running. */
+  #applyPlacement() {
+    const desired = this.#desired;
+    if (!desired) return;
+    for (const st of this.#state.values()) {
+      if (this.#isPlaced(st.entry.id) || !st.proc) continue;
+      if (st.limiter.inFlight || st.limiter.queued) continue; // next time
+      log.info("unloading a model not placed on this node", {
+        model: st.entry.id,
+      });
+      st.proc.kill();
+      st.proc = null;
+    }
+    const now = Date.now();
+    for (const [id, pinned] of desired) {
+      if (!pinned) continue;
+      const e = this.#catalog.get(id);
+      if (!e) continue; // reported as missing
+      if (e.error) {
+        this.#placeErrors.set(id, { error: e.error, at: now });
+        continue;
+      }
+      const st = this.#loaded(e);
+      if (st.proc?.alive || st.loading) continue;
+      const failed = this.#placeErrors.get(id);
+      if (failed && now - failed.at < PLACE_RETRY_MS) continue;
+      log.info("loading a pinned model", { model: id });
+      this.#process(st).then(
+        () => this.#placeErrors.delete(id),
+        (err) =>
+          this.#placeErrors.set(id, {
+            error: String((err as Error).message ?? err).slice(0, 400),
+            at: Date.now(),
+          }),
+      );
+    }
+  }
+
   #unloadIdle() {
     const now = Date.now();
     for (const st of this.#state.values()) {
+      if (this.#desired?.get(st.entry.id) === true) continue; // pinned
       if (!st.proc || st.limiter.inFlight || st.limiter.queued) continue;
       if (now - st.lastUsed < this.#opts.idleUnloadMs) continue;
       log.info("unloading idle model", { model: st.entry.id });
@@ -568,6 +646,9 @@ export class LlamaEngine implements Engine {
     }
   }
 }
+
+/** How long after a pinned model failed to load it is tried again. */
+const PLACE_RETRY_MS = 30_000;
 
 function errorOf(
   e: {

@@ -29,6 +29,7 @@ import { type AdminEnv, clientIp } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
 import { addBudgetRoutes } from "./budgets.ts";
 import { openApiDocument } from "./openapi.ts";
+import { addRetentionRoutes } from "./retention.ts";
 
 /** Authenticates `Authorization: Bearer <admin token>`. */
 export function adminAuth(): MiddlewareHandler<AdminEnv> {
@@ -217,5 +218,6 @@ export function createAdminApi(): Hono<AdminEnv> {
       ),
   );
   addBudgetRoutes(api);
+  addRetentionRoutes(api);
   return api;
 }

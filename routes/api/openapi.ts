@@ -113,6 +113,10 @@ export function openApiDocument() {
             },
           }),
         }),
+        delete: op(
+          "Delete a tenant: suspended at once, its data removed after the grace period (platform admins; routes/api/retention.ts)",
+          { status: "202", schema: ref("Tenant") },
+        ),
       },
       "/tenants/{id}/limits": {
         parameters: [idParam("id", "Tenant id or slug")],
@@ -350,6 +354,89 @@ export function openApiDocument() {
           'Dedicate the node to a tenant ({"tenantId": "…"}: only its requests reach it, and its requests only its dedicated nodes unless the tenant\'s overflowToShared is set) or share it again ({"tenantId": null})',
           { status: "200", schema: ref("Node") },
         ),
+      },
+      "/nodes/{id}/placement": {
+        parameters: [idParam("id", "Node id")],
+        put: op(
+          'The models the node should serve ({"models": [{"id": "…", "pinned": true}]}; pinned ones stay loaded; an empty list drops its own entries); it applies them with its next heartbeat',
+          { status: "200", schema: { type: "object" } },
+          {
+            requestBody: json({
+              type: "object",
+              required: ["models"],
+              properties: {
+                models: {
+                  type: "array",
+                  items: {
+                    type: "object",
+                    required: ["id"],
+                    properties: {
+                      id: { type: "string" },
+                      pinned: { type: "boolean" },
+                    },
+                  },
+                },
+              },
+            }),
+          },
+        ),
+      },
+      "/models": {
+        get: op(
+          "Where each model runs: replicas and their health, loaded and pinned, placement mismatches, aliases, the placement and each node's desired models",
+          { status: "200", schema: { type: "object" } },
+        ),
+      },
+      "/placement/rules": {
+        post: op(
+          "Add a placement rule: every node matching minMemoryGb, engine, os and arch serves model (pinned or not)",
+          { status: "201", schema: { type: "object" } },
+          {
+            requestBody: json({
+              type: "object",
+              required: ["model"],
+              properties: {
+                model: { type: "string" },
+                pinned: { type: "boolean" },
+                minMemoryGb: { type: "number" },
+                engine: { enum: ["llama", "openai"] },
+                os: { type: "string" },
+                arch: { type: "string" },
+              },
+            }),
+          },
+        ),
+      },
+      "/placement/rules/{rule}": {
+        parameters: [idParam("rule", "Rule id")],
+        delete: op("Remove a placement rule", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
+      "/model-aliases": {
+        get: op("The operator's aliases: client-facing name → model id", {
+          status: "200",
+          schema: { type: "object" },
+        }),
+      },
+      "/model-aliases/{alias}": {
+        parameters: [idParam("alias", "The client-facing name")],
+        put: op(
+          "Set an alias to a model (resolved at the gateway, listed in /v1/models)",
+          { status: "200", schema: { type: "object" } },
+          {
+            requestBody: json({
+              type: "object",
+              required: ["model"],
+              properties: { model: { type: "string" } },
+            }),
+          },
+        ),
+        delete: op("Remove an alias", {
+          status: "200",
+          schema: { type: "object" },
+        }),
       },
       "/links": {
         get: op("Latest link test per node pair (orchard.linktest/1)", {
