@@ -12,6 +12,10 @@ import { k } from "./kv_keys.ts";
 import { hashPassword } from "./passwords.ts";
 import { isPlatform, type Principal, requireTenantWrite } from "./principal.ts";
 import { parse, password } from "./schemas.ts";
+import {
+  passwordSignInAllowed,
+  PasswordSignInOffError,
+} from "./sign_in_policy.ts";
 import type { Store } from "./store.ts";
 import { endUserSessions, type User, userView } from "./users.ts";
 
@@ -47,6 +51,12 @@ export async function createPasswordReset(
   if (u.disabled) {
     throw new ValidationError(
       "This user is disabled; enable them first",
+      "userId",
+    );
+  }
+  if (!(await passwordSignInAllowed(store, u.tenantId))) {
+    throw new ValidationError(
+      "This user's organisation signs in with single sign-on only: a password would not let them in",
       "userId",
     );
   }
@@ -114,6 +124,9 @@ export async function completePasswordReset(
   const u = userEntry.value;
   if (!resetEntry.value || !u || u.disabled) {
     throw new NotFoundError("Reset link");
+  }
+  if (!(await passwordSignInAllowed(store, u.tenantId))) {
+    throw new PasswordSignInOffError();
   }
   const after: User = { ...u, passwordHash };
   const op = store.kv.atomic().check(resetEntry).check(userEntry)

@@ -12,7 +12,12 @@ import {
 import { k } from "./kv_keys.ts";
 import { verifyPassword } from "./passwords.ts";
 import type { Principal } from "./principal.ts";
-import { passwordSignInAllowed } from "./sign_in_policy.ts";
+import {
+  passwordSignInAllowed,
+  PasswordSignInOffError,
+} from "./sign_in_policy.ts";
+
+export { PasswordSignInOffError };
 import type { Store } from "./store.ts";
 import { createUser, getUserByEmail, getUserRaw, type User } from "./users.ts";
 
@@ -23,15 +28,8 @@ export interface Session {
   createdAt: string;
   expiresAt: string;
   ip: string | null;
-}
-
-/** 403: the user's tenant signs in through its identity provider only. */
-export class PasswordSignInOffError extends ForbiddenError {
-  constructor() {
-    super(
-      "Your organisation signs in with single sign-on: use its button on the sign-in page.",
-    );
-  }
+  /** How the user proved who they are (sessions from before this field: a password). */
+  via?: "password" | "sso";
 }
 
 /** Session lifetime. */
@@ -118,6 +116,7 @@ export async function startSession(
   user: User,
   ip: string | null,
   now = Date.now(),
+  via: "password" | "sso" = "password",
 ): Promise<Session> {
   const session: Session = {
     sid: randomBase62(32),
@@ -125,6 +124,7 @@ export async function startSession(
     createdAt: new Date(now).toISOString(),
     expiresAt: new Date(now + SESSION_TTL_MS).toISOString(),
     ip,
+    via,
   };
   await store.kv.atomic()
     .set(k.session(session.sid), session, { expireIn: SESSION_TTL_MS })
@@ -155,6 +155,14 @@ export async function checkSession(
   if (!session || Date.parse(session.expiresAt) <= Date.now()) return null;
   const user = await getUserRaw(store, session.userId);
   if (!user || user.disabled) return null;
+  // Turning a tenant's password sign-in off ends its password sessions at
+  // once, not when they run out.
+  if (
+    session.via !== "sso" && user.tenantId &&
+    !(await passwordSignInAllowed(store, user.tenantId))
+  ) {
+    return null;
+  }
   return { session, user };
 }
 

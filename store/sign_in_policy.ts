@@ -4,11 +4,20 @@
  * provider (SSO); platform admins themselves always keep their passwords.
  */
 import { addAudit } from "./audit.ts";
-import { ConflictError, NotFoundError } from "./errors.ts";
+import { ConflictError, ForbiddenError, NotFoundError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
 import type { Store } from "./store.ts";
 import { getTenantRaw } from "./tenants.ts";
+
+/** 403: the user's tenant signs in through its identity provider only. */
+export class PasswordSignInOffError extends ForbiddenError {
+  constructor() {
+    super(
+      "Your organisation signs in with single sign-on: use its button on the sign-in page.",
+    );
+  }
+}
 
 /** Whether the tenant's users may sign in with a password. */
 export async function passwordSignInAllowed(

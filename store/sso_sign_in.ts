@@ -235,7 +235,7 @@ export async function ssoSignIn(
     );
   }
   return {
-    session: await startSession(store, user, ip),
+    session: await startSession(store, user, ip, Date.now(), "sso"),
     user,
     provisioned,
   };
