@@ -31,7 +31,7 @@ function body(cb: Chargeback) {
           ["Node cost", money(cb.nodeCostMicro)],
           [
             "Idle capacity (provider)",
-            <span key="i" data-testid="idle-total">
+            <span key="i" class="num" data-testid="idle-total">
               {money(cb.idle.totalMicro)}
             </span>,
           ],
