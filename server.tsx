@@ -28,6 +28,7 @@ import { passwordResetRoutes } from "./routes/password_reset.tsx";
 import { userRoutes } from "./routes/users.tsx";
 import { errorBody } from "./routes/api/_json.ts";
 import { auditRoutes } from "./routes/audit.tsx";
+import { chargebackRoutes } from "./routes/chargeback.tsx";
 import { alertBadge } from "./routes/budgets.tsx";
 import { authRoutes } from "./routes/auth.tsx";
 import { tenantDetailRoutes } from "./routes/tenant.tsx";
@@ -134,6 +135,7 @@ export function createOrchardApp(
   signedIn.route("/usage", usageRoutes);
   signedIn.route("/settings/sso", ssoSettingsRoutes);
   signedIn.route("/settings", settingsRoutes);
+  signedIn.route("/chargeback", chargebackRoutes);
   signedIn.route("/admin-tokens", adminTokenRoutes);
   signedIn.route("/users", userRoutes);
   for (const part of extras.portalParts ?? []) {

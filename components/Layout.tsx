@@ -27,6 +27,7 @@ function navFor(p: Principal): [string, string][] {
     return [
       ["/tenants", "Tenants"],
       ["/usage", "Usage & cost"],
+      ["/chargeback", "Chargeback"],
       ["/alerts", "Alerts"],
       ["/nodes", "Nodes"],
       ["/mesh", "RDMA mesh"],

@@ -6,7 +6,7 @@ import { formatMoney } from "../store/money.ts";
 import type { Spend } from "../store/spend.ts";
 import type { DeliveryView, WebhookView } from "../store/webhooks.ts";
 import { fmtInt } from "./dashboard.tsx";
-import { Badge, fmtTime, PostForm, Table } from "./ui.tsx";
+import { Badge, fmtTime, PostForm, Table, Time } from "./ui.tsx";
 
 /** A table that scrolls sideways on phones instead of squeezing its cells. */
 function WideTable(props: Parameters<typeof Table>[0]) {
@@ -84,8 +84,8 @@ export function BudgetTable(
               {b.unit}{" "}
               {b.hard ? <Badge tone="danger">hard</Badge> : <Badge>soft</Badge>}
             </td>
-            <td class="mono">{fmtBudget(b.unit, b.amount, props.currency)}</td>
-            <td class="mono" data-spent>
+            <td class="num">{fmtBudget(b.unit, b.amount, props.currency)}</td>
+            <td class="num" data-spent>
               {fmtBudget(b.unit, b.spent, props.currency)}
             </td>
             <td style="min-width:140px">
@@ -206,7 +206,9 @@ export function AlertList(
               <a href={`/tenants/${a.tenantId}/budgets`}>{a.tenantName}</a>
             </td>
           )}
-          <td>{fmtTime(a.createdAt)}</td>
+          <td class="time">
+            <Time iso={a.createdAt} />
+          </td>
           <td>
             {a.keyId ? `Key ${a.keyName ?? a.keyId}` : "Tenant"} · {a.unit}
             {a.hard ? " (hard)" : ""} · {a.period}
@@ -260,7 +262,9 @@ export function WebhookList(
           <td class="mono wrap">{h.url}</td>
           <td>{h.description || <span class="muted">—</span>}</td>
           <td class="mono">whsec_…{h.secretLast4}</td>
-          <td>{fmtTime(h.createdAt)}</td>
+          <td class="time">
+            <Time iso={h.createdAt} />
+          </td>
           <td>
             {props.deleteAction && (
               <PostForm action={props.deleteAction(h)} csrf={props.csrf}>
@@ -284,7 +288,9 @@ export function DeliveryLog(props: { deliveries: DeliveryView[] }) {
     >
       {props.deliveries.map((d) => (
         <tr key={d.id} data-delivery={d.id}>
-          <td>{fmtTime(d.createdAt)}</td>
+          <td class="time">
+            <Time iso={d.createdAt} />
+          </td>
           <td class="mono">
             {d.eventType}
             <div class="muted">{d.eventId}</div>
@@ -334,10 +340,12 @@ export function SpendTables(
       >
         {s.byModel.map((m) => (
           <tr key={m.model} data-spend-model={m.model}>
-            <td class="mono">{m.model}</td>
-            <td>{fmtInt(m.promptTokens)}</td>
-            <td>{fmtInt(m.completionTokens)}</td>
-            <td class="mono">{fmtMoney(m.amountMicro, s.currency)}</td>
+            <td class="mono">
+              <span class="trunc" title={m.model}>{m.model}</span>
+            </td>
+            <td class="num">{fmtInt(m.promptTokens)}</td>
+            <td class="num">{fmtInt(m.completionTokens)}</td>
+            <td class="num">{fmtMoney(m.amountMicro, s.currency)}</td>
           </tr>
         ))}
       </Table>
@@ -350,8 +358,8 @@ export function SpendTables(
           {s.byKey.map((k) => (
             <tr key={k.keyId} data-spend-key={k.keyId}>
               <td>{props.keys.get(k.keyId) ?? k.keyId}</td>
-              <td>{fmtInt(k.promptTokens + k.completionTokens)}</td>
-              <td class="mono">{fmtMoney(k.amountMicro, s.currency)}</td>
+              <td class="num">{fmtInt(k.promptTokens + k.completionTokens)}</td>
+              <td class="num">{fmtMoney(k.amountMicro, s.currency)}</td>
             </tr>
           ))}
         </Table>

@@ -3,6 +3,9 @@ import type { ComponentChildren } from "preact";
 import { QUOTA_WARN_PERCENT, type QuotaUse } from "../store/quota/mod.ts";
 import { Table } from "./ui.tsx";
 
+/** A number, maybe with a unit or currency: kept on one line. */
+const NUMERIC = /^[-+]?[\d,.]+( ?[A-Za-z%/]{1,4})?$/;
+
 /** A row of headline numbers. */
 export function Stats(props: { items: [string, ComponentChildren][] }) {
   return (
@@ -10,7 +13,11 @@ export function Stats(props: { items: [string, ComponentChildren][] }) {
       {props.items.map(([label, value]) => (
         <div class="stat" key={label}>
           <div class="stat-label">{label}</div>
-          <div class="stat-value">{value}</div>
+          <div class="stat-value">
+            {typeof value === "string" && NUMERIC.test(value)
+              ? <span class="num">{value}</span>
+              : value}
+          </div>
         </div>
       ))}
     </div>
@@ -59,8 +66,8 @@ export function QuotaTable(props: { rows: QuotaUse[] }) {
             class={hot ? "hot" : undefined}
           >
             <td>{QUOTA_LABELS[q.field]}</td>
-            <td class="mono">{fmtInt(q.used)}</td>
-            <td class="mono">
+            <td class="num">{fmtInt(q.used)}</td>
+            <td class="num">
               {q.limit === null ? "unlimited" : fmtInt(q.limit)}
             </td>
             <td style="min-width:160px">

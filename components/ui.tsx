@@ -1,5 +1,11 @@
 /** The portal's small design system: cards, fields, buttons, badges, tables. */
-import type { ComponentChildren, JSX } from "preact";
+import {
+  cloneElement,
+  type ComponentChildren,
+  isValidElement,
+  type JSX,
+  toChildArray,
+} from "preact";
 import FormGuard from "../islands/FormGuard.tsx";
 import { Island } from "./Island.tsx";
 
@@ -103,7 +109,34 @@ export function PostForm(
   );
 }
 
-/** A horizontally scrollable table. */
+/**
+ * Gives each cell of a row its column's header as `data-label`, so that on a
+ * phone (app.css) each row becomes a card of "label value" lines. Cells that
+ * span columns get none (they are totals or notes).
+ */
+function labelCells(children: ComponentChildren, head: string[]) {
+  return toChildArray(children).map((row) => {
+    if (!isValidElement(row) || row.type !== "tr") return row;
+    let col = 0;
+    const rowProps = row.props as { children?: ComponentChildren };
+    const cells = toChildArray(rowProps.children).map((cell) => {
+      if (!isValidElement(cell) || cell.type !== "td") return cell;
+      const props = cell.props as { colSpan?: number; "data-label"?: string };
+      const span = props.colSpan ?? 1;
+      const label = span === 1 ? head[col] : undefined;
+      col += span;
+      return label && props["data-label"] === undefined
+        ? cloneElement(cell, { "data-label": label })
+        : cell;
+    });
+    return cloneElement(row, {}, ...cells);
+  });
+}
+
+/**
+ * A table: on wide screens a table (scrolling sideways inside its card if it
+ * must), on phones one card per row with each cell labelled by its column.
+ */
 export function Table(
   props: {
     head: string[];
@@ -114,7 +147,7 @@ export function Table(
 ) {
   return (
     <div class="table-wrap">
-      <table>
+      <table class="cards">
         <thead>
           <tr>{props.head.map((h) => <th key={h}>{h}</th>)}</tr>
         </thead>
@@ -127,7 +160,7 @@ export function Table(
                 </td>
               </tr>
             )
-            : props.children}
+            : labelCells(props.children, props.head)}
         </tbody>
       </table>
     </div>
@@ -141,6 +174,19 @@ export function Pager(props: { next: string | null }) {
       <span />
       {props.next && <a class="btn small" href={props.next}>Next page →</a>}
     </div>
+  );
+}
+
+/** A time in a table cell: date and time each on one line, wrapping only between them. */
+export function Time(props: { iso: string | null | undefined }) {
+  const t = fmtTime(props.iso);
+  const cut = t.indexOf(" ");
+  if (cut < 0) return <span class="nowrap">{t}</span>;
+  return (
+    <>
+      <span class="nowrap">{t.slice(0, cut)}</span>{" "}
+      <span class="nowrap">{t.slice(cut + 1)}</span>
+    </>
   );
 }
 

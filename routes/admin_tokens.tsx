@@ -16,6 +16,7 @@ import {
   Pager,
   PostForm,
   Table,
+  Time,
 } from "../components/ui.tsx";
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
@@ -176,15 +177,23 @@ async function view(
           >
             {tokens.items.map((t) => (
               <tr key={t.id} data-token-id={t.id}>
-                <td>{t.name}</td>
+                <td>
+                  <span class="trunc" title={t.name}>{t.name}</span>
+                </td>
                 <td>{state(t, now)}</td>
                 <td>{t.role.replace("_", " ")}</td>
                 <td>
                   {t.tenantId ? names.get(t.tenantId) ?? t.tenantId : "—"}
                 </td>
-                <td>{fmtTime(t.createdAt)}</td>
-                <td>{t.expiresAt ? fmtTime(t.expiresAt) : "never"}</td>
-                <td>{fmtTime(t.lastUsedAt)}</td>
+                <td class="time">
+                  <Time iso={t.createdAt} />
+                </td>
+                <td class="time">
+                  {t.expiresAt ? fmtTime(t.expiresAt) : "never"}
+                </td>
+                <td class="time">
+                  <Time iso={t.lastUsedAt} />
+                </td>
                 <td>
                   {!t.revokedAt && (
                     <PostForm

@@ -1,6 +1,6 @@
 /** The audit log, filterable by tenant and actor. */
 import { Hono } from "hono";
-import { Card, fmtTime, Pager, Table } from "../components/ui.tsx";
+import { Card, Pager, Table, Time } from "../components/ui.tsx";
 import { listAudit } from "../store/audit.ts";
 import { isPlatform } from "../store/principal.ts";
 import type { PortalEnv } from "./_env.ts";
@@ -63,21 +63,33 @@ export const auditRoutes = new Hono<PortalEnv>().get("/", async (c) => {
           >
             {data.items.map((e) => (
               <tr key={e.id}>
-                <td>{fmtTime(e.at)}</td>
+                <td class="time">
+                  <Time iso={e.at} />
+                </td>
                 <td>
                   <a href={`/audit?actor=${e.actor.id}`}>{e.actor.label}</a>
                 </td>
-                <td class="mono">{e.action}</td>
+                <td class="mono nowrap">{e.action}</td>
                 <td>
                   {e.target.type} {e.target.label ?? ""}{" "}
-                  <span class="muted mono">{e.target.id}</span>
+                  <span class="muted mono trunc" title={e.target.id}>
+                    {e.target.id}
+                  </span>
                 </td>
                 <td class="mono">
                   {e.tenantId
-                    ? <a href={`/audit?tenant=${e.tenantId}`}>{e.tenantId}</a>
+                    ? (
+                      <a
+                        class="trunc"
+                        title={e.tenantId}
+                        href={`/audit?tenant=${e.tenantId}`}
+                      >
+                        {e.tenantId}
+                      </a>
+                    )
                     : "—"}
                 </td>
-                <td class="mono">{e.ip ?? "—"}</td>
+                <td class="mono nowrap">{e.ip ?? "—"}</td>
               </tr>
             ))}
           </Table>

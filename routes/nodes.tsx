@@ -123,10 +123,16 @@ function nodeRow(
   const mem = n.status?.memory;
   return (
     <tr key={n.id} data-node={n.id}>
-      <td>
-        <strong>{n.name}</strong>
-        <div class="muted mono">{n.id}</div>
-        <div class="muted mono">{n.url}</div>
+      <td class="node-cell">
+        <strong class="trunc" title={n.name}>{n.name}</strong>
+        <div>
+          <span class={`badge ${TONE[n.state]}`} data-field="state">
+            {n.state}
+          </span>{" "}
+          <span class="muted">{n.engine}</span>
+        </div>
+        <div class="muted mono trunc" title={n.id}>{n.id}</div>
+        <div class="muted mono trunc" title={n.url}>{n.url}</div>
         {n.reachable === false && (
           <div data-field="reachability">
             <Badge tone="danger">unreachable</Badge>{" "}
@@ -134,17 +140,12 @@ function nodeRow(
           </div>
         )}
       </td>
-      <td>
-        <span class={`badge ${TONE[n.state]}`} data-field="state">
-          {n.state}
-        </span>
-      </td>
-      <td>{n.engine}</td>
-      <td>
+      <td class="models-cell">
         {(n.status?.models ?? n.models).filter((m) => m.servable !== false)
           .map((m) => (
             <div key={m.id} class="mono">
-              {m.id} {m.loaded ? <Badge tone="ok">loaded</Badge> : null}
+              <span class="trunc" title={m.id}>{m.id}</span>{" "}
+              {m.loaded ? <Badge tone="ok">loaded</Badge> : null}
             </div>
           ))}
         {unservable(n) > 0 && (
@@ -153,11 +154,16 @@ function nodeRow(
           </div>
         )}
       </td>
-      <td class="mono" data-field="load">
-        {s ? `${s.inFlight} / ${s.slots} (+${s.queued} queued)` : "—"}
-      </td>
-      <td class="mono" data-field="tps">
-        {s ? s.tokensPerSecond.toFixed(1) : "—"}
+      <td>
+        <div class="load" data-field="load">
+          {s ? `${s.inFlight} / ${s.slots} (+${s.queued} queued)` : "—"}
+        </div>
+        <div class="muted">
+          <span class="num" data-field="tps">
+            {s ? s.tokensPerSecond.toFixed(1) : "—"}
+          </span>{" "}
+          tokens/s
+        </div>
       </td>
       <td>
         {mem
@@ -166,12 +172,10 @@ function nodeRow(
         {hw.memoryPressure && (
           <div class="muted">pressure {hw.memoryPressure}</div>
         )}
-      </td>
-      <td>
-        {hw.gpu ?? <span class="muted">no Metal GPU</span>}
+        <div>{hw.gpu ?? <span class="muted">no Metal GPU</span>}</div>
         {hw.cpu && <div class="muted">{hw.cpu}</div>}
+        <div class="muted">thermal {hw.thermal ?? "—"}</div>
       </td>
-      <td>{hw.thermal ?? "—"}</td>
       <td>
         {hw.ports.length === 0
           ? <span class="muted">{hw.rdma.reason ?? "no RDMA"}</span>
@@ -194,10 +198,12 @@ function nodeRow(
           </div>
         ))}
       </td>
-      <td data-field="heartbeat">{ago(n.status?.at ?? null, now)}</td>
-      <td>{dedication(n, csrf, tenants)}</td>
-      <td>
-        <div class="row" style="gap:6px">
+      <td class="time" data-field="heartbeat">
+        {ago(n.status?.at ?? null, now)}
+      </td>
+      <td class="actions-cell">
+        {dedication(n, csrf, tenants)}
+        <div class="row" style="gap:6px;margin-top:6px">
           <PostForm
             action={`/nodes/${n.id}/${n.drain ? "undrain" : "drain"}`}
             csrf={csrf}
@@ -282,18 +288,12 @@ async function view(
             <Table
               head={[
                 "Node",
-                "State",
-                "Engine",
                 "Models",
-                "In flight / slots",
-                "Tokens/s",
-                "Memory",
-                "GPU",
-                "Thermal",
+                "Load",
+                "Memory, GPU",
                 "RDMA ports",
-                "Last heartbeat",
-                "Serves",
-                "",
+                "Heartbeat",
+                "Serves, actions",
               ]}
               rows={nodes.length}
               empty="No nodes yet. Create a join token below and run the command on a Mac."

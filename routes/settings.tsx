@@ -5,6 +5,7 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { Alert, Card, fmtTime, PostForm } from "../components/ui.tsx";
+import { ALLOCATION_RULES, RULE_LABEL } from "../store/allocation.ts";
 import { ValidationError } from "../store/errors.ts";
 import { formatMoney } from "../store/money.ts";
 import { getPricing, type Pricing, setPricing } from "../store/pricing.ts";
@@ -33,6 +34,7 @@ const LABELS: Record<string, string> = {
   idleWatts: "Idle power per node (W)",
   busyWatts: "Busy power per node (W)",
   tariffPerKwh: "Tariff per kWh",
+  allocation: "Split shared nodes' busy cost by",
   promptPerMillion: "prompt price",
   completionPerMillion: "completion price",
   model: "model",
@@ -46,6 +48,7 @@ function valuesOf(p: Pricing): FormValues {
     idleWatts: String(p.cluster.idleWatts),
     busyWatts: String(p.cluster.busyWatts),
     tariffPerKwh: formatMoney(p.cluster.tariffPerKwh, 4),
+    allocation: p.cluster.allocation,
   };
   p.models.forEach((m, i) => {
     v[`model_${i}`] = m.model;
@@ -96,6 +99,7 @@ function inputOf(v: FormValues): Record<string, unknown> {
       idleWatts: v.idleWatts || "0",
       busyWatts: v.busyWatts || "0",
       tariffPerKwh: v.tariffPerKwh || "0",
+      allocation: v.allocation || "busy_time",
     },
   };
 }
@@ -149,8 +153,11 @@ async function view(
               <p class="muted">
                 Each node's hardware price is spread over the amortisation
                 months; energy is idle power all month plus the extra busy power
-                while serving, at the tariff. Tenants pay each node's cost by
-                their share of its busy time.
+                while serving, at the tariff. A shared node's busy hours are
+                split among tenants by the rule below; its idle hours are the
+                provider's own cost (the "Idle capacity (provider)" line of{" "}
+                <a href="/chargeback">Chargeback</a>). A dedicated node costs
+                its tenant everything.
               </p>
               {field(v, "currency", "ISO 4217, e.g. EUR")}
               {field(v, "hardwarePricePerNode")}
@@ -160,6 +167,16 @@ async function view(
                 {field(v, "busyWatts")}
               </div>
               {field(v, "tariffPerKwh")}
+              <div class="field">
+                <label for="s-allocation">{LABELS.allocation}</label>
+                <select id="s-allocation" name="allocation">
+                  {ALLOCATION_RULES.map((r) => (
+                    <option key={r} value={r} selected={v.allocation === r}>
+                      {RULE_LABEL[r]}
+                    </option>
+                  ))}
+                </select>
+              </div>
             </Card>
             <Card title="Token prices (per 1M tokens)">
               <table class="price-table">

@@ -43,7 +43,7 @@ function body(s: Statement) {
           ["Busy time", `${(s.busyMs / 3_600_000).toFixed(2)} h`],
           [
             "Total",
-            <span key="t" data-testid="statement-total">
+            <span key="t" class="num" data-testid="statement-total">
               {money(s.totalMicro)}
             </span>,
           ],
@@ -58,25 +58,25 @@ function body(s: Statement) {
         >
           {s.lines.map((l, i) => (
             <tr key={i} data-kind={l.kind}>
-              <td>{l.description}</td>
-              <td class="mono">
+              <td class="wrap-text">{l.description}</td>
+              <td class="num">
                 {l.unit === "tokens"
                   ? fmtInt(l.quantity)
                   : l.quantity.toFixed(3)} {l.unit}
               </td>
-              <td class="mono">
+              <td class="num">
                 {l.unitPriceMicro === null
                   ? "share"
                   : `${formatMoney(l.unitPriceMicro, 4)} / ${
                     l.unit === "tokens" ? "1M tokens" : l.unit
                   }`}
               </td>
-              <td class="mono">{money(l.amountMicro)}</td>
+              <td class="num">{money(l.amountMicro)}</td>
             </tr>
           ))}
           <tr class="total">
             <td colSpan={3}>Total</td>
-            <td class="mono">{money(s.totalMicro)}</td>
+            <td class="num">{money(s.totalMicro)}</td>
           </tr>
         </Table>
         <p class="muted" style="margin-top:12px">

@@ -12,9 +12,9 @@ import {
   Badge,
   Card,
   Field,
-  fmtTime,
   PostForm,
   Table,
+  Time,
 } from "../components/ui.tsx";
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import CopyButton from "../islands/CopyButton.tsx";
@@ -215,17 +215,25 @@ async function view(
           >
             {keys.items.map((key) => (
               <tr key={key.id} data-key-id={key.id}>
-                <td>{key.name}</td>
-                <td class="mono">{key.prefix}…{key.last4}</td>
+                <td>
+                  <span class="trunc" title={key.name}>{key.name}</span>
+                </td>
+                <td class="mono nowrap">{key.prefix}…{key.last4}</td>
                 <td>
                   {key.scopes.join(", ")}
                   {key.models
                     ? <div class="muted">models: {key.models.join(", ")}</div>
                     : null}
                 </td>
-                <td>{fmtTime(key.createdAt)}</td>
-                <td>{fmtTime(key.expiresAt)}</td>
-                <td>{fmtTime(key.lastUsedAt)}</td>
+                <td class="time">
+                  <Time iso={key.createdAt} />
+                </td>
+                <td class="time">
+                  <Time iso={key.expiresAt} />
+                </td>
+                <td class="time">
+                  <Time iso={key.lastUsedAt} />
+                </td>
                 <td>
                   {key.revokedAt
                     ? <Badge tone="danger">revoked</Badge>
@@ -404,7 +412,9 @@ async function view(
                     <tr key={inv.id} data-invite={inv.email}>
                       <td>{inv.email}</td>
                       <td>{inv.role.replace("_", " ")}</td>
-                      <td>{fmtTime(inv.expiresAt)}</td>
+                      <td class="time">
+                        <Time iso={inv.expiresAt} />
+                      </td>
                       <td>
                         <PostForm
                           action={`/tenants/${id}/invites/${inv.id}/revoke`}

@@ -5,10 +5,10 @@ import {
   Badge,
   Card,
   Field,
-  fmtTime,
   Pager,
   PostForm,
   Table,
+  Time,
 } from "../components/ui.tsx";
 import { ServiceError } from "../store/errors.ts";
 import { isPlatform } from "../store/principal.ts";
@@ -105,15 +105,21 @@ async function listView(
               {pageData.items.map((t) => (
                 <tr key={t.id}>
                   <td>
-                    <a href={`/tenants/${t.id}`}>{t.name}</a>
+                    <a class="trunc" title={t.name} href={`/tenants/${t.id}`}>
+                      {t.name}
+                    </a>
                   </td>
-                  <td class="mono">{t.slug}</td>
+                  <td class="mono">
+                    <span class="trunc" title={t.slug}>{t.slug}</span>
+                  </td>
                   <td>
                     <Badge tone={t.status === "active" ? "ok" : "danger"}>
                       {t.status}
                     </Badge>
                   </td>
-                  <td>{fmtTime(t.createdAt)}</td>
+                  <td class="time">
+                    <Time iso={t.createdAt} />
+                  </td>
                 </tr>
               ))}
             </Table>

@@ -364,10 +364,12 @@ async function view(c: C) {
               >
                 {models.map((m) => (
                   <tr key={m.model}>
-                    <td class="mono">{m.model}</td>
-                    <td>{fmtInt(m.requests)}</td>
-                    <td>{fmtInt(m.prompt)}</td>
-                    <td>{fmtInt(m.completion)}</td>
+                    <td class="mono">
+                      <span class="trunc" title={m.model}>{m.model}</span>
+                    </td>
+                    <td class="num">{fmtInt(m.requests)}</td>
+                    <td class="num">{fmtInt(m.prompt)}</td>
+                    <td class="num">{fmtInt(m.completion)}</td>
                   </tr>
                 ))}
               </Table>
@@ -395,10 +397,10 @@ async function view(c: C) {
                         {x.name}
                       </a>
                     </td>
-                    <td>{fmtInt(x.tokens)}</td>
-                    <td>{fmtInt(x.requests)}</td>
-                    <td>{fmtInt(x.errors)}</td>
-                    <td class="mono">{fmtMoney(x.costMicro, x.currency)}</td>
+                    <td class="num">{fmtInt(x.tokens)}</td>
+                    <td class="num">{fmtInt(x.requests)}</td>
+                    <td class="num">{fmtInt(x.errors)}</td>
+                    <td class="num">{fmtMoney(x.costMicro, x.currency)}</td>
                   </tr>
                 ))}
               </Table>

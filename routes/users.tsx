@@ -17,6 +17,7 @@ import {
   Pager,
   PostForm,
   Table,
+  Time,
 } from "../components/ui.tsx";
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
 import { ServiceError } from "../store/errors.ts";
@@ -163,7 +164,9 @@ async function view(
           <Table head={head} rows={users.items.length} empty="No users yet.">
             {users.items.map((u) => (
               <tr key={u.id} data-user-id={u.id}>
-                <td>{u.email}</td>
+                <td>
+                  <span class="trunc" title={u.email}>{u.email}</span>
+                </td>
                 <td>{u.role.replace("_", " ")}</td>
                 {platform && <td>{tenantName(u.tenantId)}</td>}
                 <td>
@@ -171,8 +174,12 @@ async function view(
                     ? <Badge tone="danger">disabled</Badge>
                     : <Badge tone="ok">active</Badge>}
                 </td>
-                <td>{fmtTime(u.lastSignInAt)}</td>
-                <td>{fmtTime(u.createdAt)}</td>
+                <td class="time">
+                  <Time iso={u.lastSignInAt} />
+                </td>
+                <td class="time">
+                  <Time iso={u.createdAt} />
+                </td>
                 <td>
                   {canWrite && u.id !== p.id && (
                     <div class="row" style="gap:6px;align-items:center">
@@ -229,10 +236,14 @@ async function view(
           >
             {invites.items.map((inv) => (
               <tr key={inv.id} data-invite-id={inv.id}>
-                <td>{inv.email}</td>
+                <td>
+                  <span class="trunc" title={inv.email}>{inv.email}</span>
+                </td>
                 <td>{inv.role.replace("_", " ")}</td>
                 {platform && <td>{tenantName(inv.tenantId)}</td>}
-                <td>{fmtTime(inv.expiresAt)}</td>
+                <td class="time">
+                  <Time iso={inv.expiresAt} />
+                </td>
                 <td>
                   {canWrite && (
                     <div class="row" style="gap:6px;align-items:center">

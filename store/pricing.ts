@@ -9,6 +9,7 @@ import { z } from "zod";
 import { addAudit } from "./audit.ts";
 import { ConflictError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
+import { ALLOCATION_RULES, type AllocationRule } from "./allocation.ts";
 import { parseMoney } from "./money.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
 import { modelName, parse } from "./schemas.ts";
@@ -32,6 +33,12 @@ export interface ClusterCost {
   busyWatts: number;
   /** Electricity price per kWh. */
   tariffPerKwh: number;
+  /**
+   * How a shared node's busy cost is split among tenants (store/allocation.ts):
+   * by share of busy node-time or of tokens. Idle capacity is the provider's
+   * under either rule.
+   */
+  allocation: AllocationRule;
 }
 
 /** Everything chargeback needs. */
@@ -54,6 +61,7 @@ export const DEFAULT_PRICING: Pricing = {
     idleWatts: 0,
     busyWatts: 0,
     tariffPerKwh: 0,
+    allocation: "busy_time",
   },
   updatedAt: null,
   updatedBy: null,
@@ -101,6 +109,9 @@ export const pricingSchema = z.object({
     idleWatts: watts,
     busyWatts: watts,
     tariffPerKwh: money("tariffPerKwh"),
+    allocation: z.enum(ALLOCATION_RULES as [AllocationRule, AllocationRule], {
+      error: `must be one of ${ALLOCATION_RULES.join(", ")}`,
+    }).default("busy_time"),
   }).strict().refine((c) => c.busyWatts >= c.idleWatts, {
     message: "busy power must be at least the idle power",
     path: ["busyWatts"],
@@ -110,7 +121,9 @@ export const pricingSchema = z.object({
 /** Reads the chargeback settings (defaults when never saved). */
 export async function getPricing(store: Store): Promise<Pricing> {
   const v = (await store.kv.get<Pricing>(k.settings(SETTINGS_NAME))).value;
-  return v ?? DEFAULT_PRICING;
+  if (!v) return DEFAULT_PRICING;
+  // settings saved before the allocation rule existed split by busy time
+  return { ...v, cluster: { ...DEFAULT_PRICING.cluster, ...v.cluster } };
 }
 
 /** Replaces the chargeback settings (platform admins only), audited. */

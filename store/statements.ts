@@ -4,19 +4,18 @@
  *
  * - **Tokens**: per model, prompt and completion tokens × the model's price
  *   per 1M tokens.
- * - **Node cost, by busy node-hours**: a node costs, per hour it is
- *   enrolled, its hardware amortisation (price / months / hours of the
- *   month) and, per busy hour, its busy power × tariff. A tenant pays for
- *   the node-hours it kept the node busy: the sum of its requests'
- *   latencies on it (request-time; when concurrent requests add up to more
- *   than the node's enrolled hours, every tenant's hours are scaled down to
- *   fit). The rest of the node's time, idle capacity and hours before it
- *   was enrolled, is the provider's own cost: never billed to a tenant.
+ * - **Node cost**: each node's cost from the hours it was enrolled in the
+ *   period, split by store/allocation.ts: a shared node's busy hours by the
+ *   rule chosen in settings (share of busy node-time or of tokens), a
+ *   dedicated node's whole cost to its tenant. Idle capacity and the hours
+ *   before a node was enrolled are the provider's own cost, never billed to
+ *   a tenant (store/chargeback.ts shows them as the provider's line).
  *
  * Amounts are integer micro-units; each line is rounded half-up to the
  * cent and the total is the sum of the rounded lines, so a statement adds
  * up exactly as printed.
  */
+import { type NodeUse, RULE_LABEL, tenantPart } from "./allocation.ts";
 import { ValidationError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { formatMoney, perMillion, toCents } from "./money.ts";
@@ -71,33 +70,15 @@ export function monthRange(month: string): [number, number] {
   return [Date.UTC(y, mo, 1), Date.UTC(y, mo + 1, 1)];
 }
 
-/**
- * A tenant's part of one node's cost, micro-units: the node-hours it kept
- * the node busy (`tenantBusyMs`, scaled down when all tenants' request-time
- * `nodeBusyMs` exceeds the node's `enrolledHours` in the period), at the
- * node's hourly hardware amortisation and its busy power.
- */
-export function nodeShare(
-  pricing: Pricing,
-  enrolledHours: number,
-  monthHours: number,
-  nodeBusyMs: number,
-  tenantBusyMs: number,
-): { hours: number; kwh: number; energyMicro: number; hardwareMicro: number } {
-  const c = pricing.cluster;
-  const busyHours = nodeBusyMs / HOUR;
-  const scale = enrolledHours > 0 && busyHours > enrolledHours
-    ? enrolledHours / busyHours
-    : 1;
-  const hours = (tenantBusyMs / HOUR) * scale;
-  const kwh = (c.busyWatts * hours) / 1000;
-  return {
-    hours,
-    kwh,
-    energyMicro: kwh * c.tariffPerKwh,
-    hardwareMicro: c.hardwarePricePerNode / c.amortisationMonths / monthHours *
-      hours,
-  };
+/** Hours a node (its record, or null when removed) was enrolled in [start, to). */
+export function enrolledHoursIn(
+  rec: NodeRecord | null | undefined,
+  start: number,
+  to: number,
+): number {
+  // a node costs only from its enrolment on (a removed node: the period)
+  const since = rec ? Math.max(start, Date.parse(rec.enrolledAt)) : start;
+  return Math.max(0, to - since) / HOUR;
 }
 
 /** Tokens of one model: what token lines are priced from. */
@@ -176,42 +157,54 @@ export async function buildStatement(
     prompt += m.prompt;
     completion += m.completion;
   }
-  const used = nodes.filter((n) => n.tenantBusyMs > 0 && n.busyMs > 0);
   // Nodes dedicated to the tenant cost it every enrolled hour, busy or not.
   const dedicated = await dedicatedNodes(store, tenant.id);
+  const used = nodes.filter((n) =>
+    dedicated.has(n.nodeId) ||
+    (n.busyMs > 0 && (n.tenantBusyMs > 0 || n.tenantTokens > 0))
+  );
   for (const rec of dedicated.values()) {
     if (!used.some((n) => n.nodeId === rec.id)) {
-      used.push({ nodeId: rec.id, busyMs: 0, tenantBusyMs: 0 });
+      used.push({
+        nodeId: rec.id,
+        busyMs: 0,
+        tokens: 0,
+        tenantBusyMs: 0,
+        tenantTokens: 0,
+      });
     }
   }
   const records = await nodeRecords(store, used.map((n) => n.nodeId));
+  const rule = pricing.cluster.allocation;
   let busyMs = 0;
+  let shared = 0;
   for (const n of used) {
     busyMs += n.tenantBusyMs;
     const rec = records.get(n.nodeId);
-    // a node costs only from its enrolment on (a removed node: the period)
-    const since = rec ? Math.max(start, Date.parse(rec.enrolledAt)) : start;
-    const enrolledHours = Math.max(0, to - since) / HOUR;
-    const part = nodeShare(
-      pricing,
-      enrolledHours,
-      monthHours,
-      n.busyMs,
-      n.tenantBusyMs,
-    );
-    const own = dedicated.has(n.nodeId);
-    if (own) {
-      part.hardwareMicro = pricing.cluster.hardwarePricePerNode /
-        pricing.cluster.amortisationMonths / monthHours * enrolledHours;
-    }
+    const node: NodeUse = {
+      enrolledHours: enrolledHoursIn(rec, start, to),
+      busyMs: n.busyMs,
+      tokens: n.tokens,
+      dedicatedTo: rec?.dedicatedTo ?? null,
+    };
+    const part = tenantPart(pricing.cluster, rule, monthHours, node, {
+      tenantId: tenant.id,
+      busyMs: n.tenantBusyMs,
+      tokens: n.tenantTokens,
+    });
+    // another tenant's dedicated node: its whole cost is that tenant's
+    if (part.share === 0) continue;
+    const own = node.dedicatedTo === tenant.id;
+    if (!own) shared++;
     const name = rec?.name ?? `removed node ${n.nodeId}`;
+    const hours = node.enrolledHours.toFixed(0);
     const of = own
-      ? `dedicated to you: ${enrolledHours.toFixed(0)} enrolled h, ${
-        part.hours.toFixed(2)
+      ? `dedicated to you: ${hours} enrolled h, ${
+        Math.min(n.busyMs / HOUR, node.enrolledHours).toFixed(2)
       } busy`
-      : `${part.hours.toFixed(2)} busy h of ${
-        enrolledHours.toFixed(0)
-      } enrolled`;
+      : `${(part.share * 100).toFixed(1)}% of its ${
+        (part.hours / part.share).toFixed(2)
+      } busy h by ${RULE_LABEL[rule]}, of ${hours} enrolled`;
     lines.push({
       kind: "energy",
       description: `Energy, node ${name} (${of})`,
@@ -223,20 +216,22 @@ export async function buildStatement(
     lines.push({
       kind: "hardware",
       description: `Hardware, node ${name} (${of})`,
-      quantity: round3(own ? enrolledHours : part.hours),
+      quantity: round3(part.hours),
       unit: "node-hours",
       unitPriceMicro: null,
       amountMicro: toCents(part.hardwareMicro),
     });
   }
-  if (used.length > dedicated.size) {
+  if (shared > 0) {
     notes.push(
-      "Node costs are billed by the node-hours your requests kept each node busy; idle capacity is the provider's own cost.",
+      `Shared nodes' busy hours are split by ${
+        RULE_LABEL[rule]
+      }; idle capacity is the provider's own cost.`,
     );
   }
   if (dedicated.size > 0) {
     notes.push(
-      "Nodes dedicated to you are billed for every hour they were enrolled in the period (hardware), and for the energy of their busy hours.",
+      "Nodes dedicated to you are billed for every hour they were enrolled in the period: hardware, and energy busy or idle.",
     );
   }
   if (

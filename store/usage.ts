@@ -89,7 +89,8 @@ export const RECORDS_PER_VALUE = 48;
  * `lat_<i>` / `ttft_<i>` (count in LATENCY_BUCKETS_MS bucket i; ttft count
  * is their sum). Month groups: tenant `requests`, `tokens`, `errors`;
  * tenant_model `requests`, `prompt`, `completion`; node and node_tenant
- * `busy_ms`.
+ * `busy_ms` and `tokens` (prompt + completion; written since chargeback
+ * could split by tokens).
  */
 export type RollupFields = Record<string, number>;
 

@@ -114,36 +114,92 @@ export async function tenantModelMonth(
   return [...byModel.values()].sort((a, b) => a.model.localeCompare(b.model));
 }
 
-/** Busy time of one node in a month: all tenants, and the given tenant's part. */
+/** Busy time and tokens of one node in a month: all tenants, and the given tenant's part. */
 export interface NodeBusy {
   nodeId: string;
   busyMs: number;
+  tokens: number;
   tenantBusyMs: number;
+  tenantTokens: number;
 }
 
-/** Every node's busy time in `month` with `tenantId`'s part of it. */
+/** Sums a node or node × tenant month entry's `busy_ms` and `tokens`. */
+function addNodeFields(
+  e: Deno.KvEntry<unknown>,
+  into: { busyMs: number; tokens: number },
+): void {
+  for (const [f, v] of rollupFields(e)) {
+    if (f === "busy_ms") into.busyMs += v;
+    else if (f === "tokens") into.tokens += v;
+  }
+}
+
+/** Every node's busy time and tokens in `month` with `tenantId`'s part of them. */
 export async function nodeBusyMonth(
   store: Store,
   tenantId: string,
   month: string,
 ): Promise<NodeBusy[]> {
   const byNode = new Map<string, NodeBusy>();
-  const busy = (e: Deno.KvEntry<unknown>) =>
-    rollupFields(e).reduce((a, [f, v]) => f === "busy_ms" ? a + v : a, 0);
   const prefix = k.usageMonthPrefix(month, "node");
   for await (const e of store.kv.list({ prefix })) {
     const nodeId = e.key[prefix.length] as string;
     let n = byNode.get(nodeId);
     if (!n) {
-      n = { nodeId, busyMs: 0, tenantBusyMs: 0 };
+      n = { nodeId, busyMs: 0, tokens: 0, tenantBusyMs: 0, tenantTokens: 0 };
       byNode.set(nodeId, n);
     }
-    n.busyMs += busy(e);
+    addNodeFields(e, n);
   }
   const pt = k.usageMonthPrefix(month, "node_tenant");
   for (const n of byNode.values()) {
     const it = store.kv.list({ prefix: [...pt, `${n.nodeId}/${tenantId}`] });
-    for await (const e of it) n.tenantBusyMs += busy(e);
+    const part = { busyMs: 0, tokens: 0 };
+    for await (const e of it) addNodeFields(e, part);
+    n.tenantBusyMs = part.busyMs;
+    n.tenantTokens = part.tokens;
   }
   return [...byNode.values()];
+}
+
+/** One node's month: its totals and each tenant's part. */
+export interface NodeMonth {
+  nodeId: string;
+  busyMs: number;
+  tokens: number;
+  tenants: Map<string, { busyMs: number; tokens: number }>;
+}
+
+/** Every node's busy time and tokens in `month`, per tenant (access checks are the caller's). */
+export async function nodeMonthAll(
+  store: Store,
+  month: string,
+): Promise<Map<string, NodeMonth>> {
+  const byNode = new Map<string, NodeMonth>();
+  const node = (nodeId: string) => {
+    let n = byNode.get(nodeId);
+    if (!n) {
+      n = { nodeId, busyMs: 0, tokens: 0, tenants: new Map() };
+      byNode.set(nodeId, n);
+    }
+    return n;
+  };
+  const prefix = k.usageMonthPrefix(month, "node");
+  for await (const e of store.kv.list({ prefix }, { batchSize: 1000 })) {
+    addNodeFields(e, node(e.key[prefix.length] as string));
+  }
+  const pt = k.usageMonthPrefix(month, "node_tenant");
+  for await (const e of store.kv.list({ prefix: pt }, { batchSize: 1000 })) {
+    const subject = e.key[pt.length] as string;
+    const slash = subject.indexOf("/");
+    const n = node(subject.slice(0, slash));
+    const tenantId = subject.slice(slash + 1);
+    let t = n.tenants.get(tenantId);
+    if (!t) {
+      t = { busyMs: 0, tokens: 0 };
+      n.tenants.set(tenantId, t);
+    }
+    addNodeFields(e, t);
+  }
+  return byNode;
 }

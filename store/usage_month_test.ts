@@ -49,8 +49,20 @@ Deno.test("month readers sum every writer's shards and legacy KvU64 counters", a
   const busy = await nodeBusyMonth(store, "ta", month);
   busy.sort((a, b) => a.nodeId.localeCompare(b.nodeId));
   assert.deepEqual(busy, [
-    { nodeId: "n1", busyMs: 1300, tenantBusyMs: 900 },
-    { nodeId: "n2", busyMs: 100, tenantBusyMs: 100 },
+    {
+      nodeId: "n1",
+      busyMs: 1300,
+      tokens: 45,
+      tenantBusyMs: 900,
+      tenantTokens: 30,
+    },
+    {
+      nodeId: "n2",
+      busyMs: 100,
+      tokens: 15,
+      tenantBusyMs: 100,
+      tenantTokens: 15,
+    },
   ]);
   assert.deepEqual(await tenantModelMonth(store, "tc", month), []);
   kv.close();

@@ -89,7 +89,7 @@ const LAT_0 = 7;
 const TTFT_0 = LAT_0 + LATENCY_BUCKETS_MS.length;
 const TENANT_MONTH_FIELDS = ["requests", "tokens", "errors"] as const;
 const TENANT_MODEL_MONTH_FIELDS = ["requests", "prompt", "completion"] as const;
-const NODE_MONTH_FIELDS = ["busy_ms"] as const;
+const NODE_MONTH_FIELDS = ["busy_ms", "tokens"] as const;
 
 /** How long after its bucket ends a group stays in memory (late records). */
 const KEEP_MS = {
@@ -718,11 +718,13 @@ export class UsageRollups {
       const node = gs.node;
       if (node && seq > node.floor) {
         node.sums[0] = node.sums[0]! + latency; // NODE_MONTH_FIELDS
+        node.sums[1] = node.sums[1]! + prompt + completion;
         this.#markShared(node, seq, now, delayMs);
       }
       const nt = gs.nodeTenant;
       if (nt && seq > nt.floor) {
         nt.sums[0] = nt.sums[0]! + latency;
+        nt.sums[1] = nt.sums[1]! + prompt + completion;
         this.#markOwn(nt, b, seq);
       }
     }

@@ -141,7 +141,13 @@ Deno.test("rollups are one value per group and writer; two gateways' writers bot
     errors: 0,
   }]);
   const [busy] = await nodeBusyMonth(store, "ta", month);
-  assert.deepEqual(busy, { nodeId: "n1", busyMs: 480, tenantBusyMs: 480 });
+  assert.deepEqual(busy, {
+    nodeId: "n1",
+    busyMs: 480,
+    tokens: 51,
+    tenantBusyMs: 480,
+    tenantTokens: 51,
+  });
   kv.close();
 });
 

@@ -205,7 +205,7 @@ Deno.test("/usage renders charts with data, top tenants, quota status (also on t
       .text();
     assert.match(tenant, /data-quota="tokensPerDay" class="hot"/);
     assert.match(tenant, />85%</);
-    assert.match(tenant, /data-quota="rpm"><td>/);
+    assert.match(tenant, /data-quota="rpm"><td data-label="Limit">/);
 
     const tenantPage = await (await get(`/tenants/${w.tenantA.id}`)).text();
     assert.match(tenantPage, /data-quota="tokensPerDay" class="hot"/);

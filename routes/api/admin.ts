@@ -23,6 +23,7 @@ import { createInvite, listUsers } from "../../store/users.ts";
 import { getPricing, setPricing } from "../../store/pricing.ts";
 import { isPlatform, requirePlatform } from "../../store/principal.ts";
 import { buildStatement, statementCsv } from "../../store/statements.ts";
+import { clusterChargeback } from "../../store/chargeback.ts";
 import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
 import { ValidationError } from "../../store/errors.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
@@ -205,6 +206,10 @@ export function createAdminApi(): Hono<AdminEnv> {
       "content-disposition":
         `attachment; filename="statement-${tenant.slug}-${s.month}.csv"`,
     });
+  });
+  api.get("/chargeback", async (c) => {
+    const month = (c.req.query("month") ?? "").slice(0, 20);
+    return c.json(await clusterChargeback(store(c), c.get("principal"), month));
   });
   api.get("/settings/pricing", async (c) => {
     requirePlatform(c.get("principal"));

@@ -284,6 +284,20 @@ export function openApiDocument() {
           },
         ),
       },
+      "/chargeback": {
+        get: op(
+          "The cluster's month (platform admins): each tenant's statement total and the provider's idle capacity",
+          { status: "200", schema: { type: "object" } },
+          {
+            parameters: [{
+              name: "month",
+              in: "query",
+              required: true,
+              schema: { type: "string", pattern: "^\\d{4}-\\d{2}$" },
+            }],
+          },
+        ),
+      },
       "/settings/pricing": {
         get: op("Chargeback prices and cluster cost model (micro-units)", {
           status: "200",
