@@ -350,6 +350,8 @@ export class Exchange {
   ttftMs: number | null = null;
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
+  /** The error the client got (code and type), for the request log. */
+  error: { code: string | null; type: string } | null = null;
   headers: Record<string, string> = {};
   #done = false;
   /** The request's span (Deno.serve's, when tracing is on: lib/trace.ts). */
@@ -516,8 +518,9 @@ export class Exchange {
         outcome: this.outcome,
       },
     );
-    if (!ctx || !this.model) return;
-    if (ctx.budgeted) this.core.budgets.watch(ctx.tenant.id);
+    // Refused before its model was known: logged (model ""), in no rollup.
+    if (!ctx) return;
+    if (ctx.budgeted && this.model) this.core.budgets.watch(ctx.tenant.id);
     this.core.usage.add({
       id: newId(),
       at: new Date(this.startedAt).toISOString(),
@@ -534,6 +537,9 @@ export class Exchange {
       status: this.status,
       outcome: this.outcome,
       ...(this.usageBasis ? { usageBasis: this.usageBasis } : {}),
+      ...(this.error
+        ? { errorCode: this.error.code, errorType: this.error.type }
+        : {}),
     });
   }
 }

@@ -1,0 +1,364 @@
+/**
+ * The request log: each tenant's recent requests (time, key, model, node,
+ * status, tokens, latency, time to first byte, error code and type; never
+ * prompt text or secrets), newest first, filterable by key, model, node,
+ * status class and time.
+ *
+ * It is the usage records themselves (store/usage.ts): the gateway meters
+ * every request it can tie to a key, refused ones included, and its usage
+ * writer (store/usage_rollups.ts) writes each tenant's records as packed
+ * values off the request path. In the same commit it writes this module's
+ * index: per value, one small entry per key, model, node and status class
+ * in it, holding the positions of those records, so a filtered page reads
+ * only values that hold matches. Values and index entries expire together
+ * after `requestLogRetentionMs` (a platform setting, default 14 days).
+ */
+import { decodeTime, encodeTime } from "ulid";
+import { addAudit } from "./audit.ts";
+import { ConflictError, ValidationError } from "./errors.ts";
+import { k, type RequestLogDimension } from "./kv_keys.ts";
+import { type PageOptions, pageSize } from "./pagination.ts";
+import {
+  type Principal,
+  requirePlatform,
+  requireTenantRead,
+} from "./principal.ts";
+import type { Store } from "./store.ts";
+import type { UsageRecord } from "./usage.ts";
+
+/** How long requests are kept when no one chose (days). */
+export const DEFAULT_REQUEST_LOG_DAYS = 14;
+/** The longest retention one may choose (days). */
+export const MAX_REQUEST_LOG_DAYS = 365;
+
+const SETTINGS_NAME = "request_log";
+
+/** The request log's platform setting. */
+export interface RequestLogSettings {
+  retentionDays: number;
+  updatedAt: string | null;
+  updatedBy: string | null;
+}
+
+/** Reads the request log setting (the default when none was saved). */
+export async function getRequestLogSettings(
+  store: Store,
+): Promise<RequestLogSettings> {
+  const v = (await store.kv.get<RequestLogSettings>(k.settings(SETTINGS_NAME)))
+    .value;
+  return v ?? {
+    retentionDays: DEFAULT_REQUEST_LOG_DAYS,
+    updatedAt: null,
+    updatedBy: null,
+  };
+}
+
+/** Sets how many days requests are kept (platform admins; audited). Applies to requests logged from now on. */
+export async function setRequestLogSettings(
+  store: Store,
+  p: Principal,
+  input: { retentionDays: unknown },
+): Promise<RequestLogSettings> {
+  requirePlatform(p);
+  const days = Number(input.retentionDays);
+  if (
+    !Number.isInteger(days) || days < 1 || days > MAX_REQUEST_LOG_DAYS
+  ) {
+    throw new ValidationError(
+      `Retention must be a whole number of days from 1 to ${MAX_REQUEST_LOG_DAYS}`,
+      "retentionDays",
+    );
+  }
+  const before = await store.kv.get<RequestLogSettings>(
+    k.settings(SETTINGS_NAME),
+  );
+  const after: RequestLogSettings = {
+    retentionDays: days,
+    updatedAt: new Date().toISOString(),
+    updatedBy: p.label,
+  };
+  const op = store.kv.atomic().check(before).set(
+    k.settings(SETTINGS_NAME),
+    after,
+  );
+  addAudit(op, p, {
+    action: "settings.request_log",
+    target: { type: "settings", id: SETTINGS_NAME, label: "Request log" },
+    tenantId: null,
+    before: before.value ? { retentionDays: before.value.retentionDays } : null,
+    after: { retentionDays: days },
+  });
+  if (!(await op.commit()).ok) {
+    throw new ConflictError("The settings changed meanwhile; try again");
+  }
+  cache.delete(store);
+  return after;
+}
+
+/** How long a read of the setting is reused (it applies to new writes only). */
+const SETTING_TTL_MS = 5_000;
+const cache = new WeakMap<Store, { until: number; days: Promise<number> }>();
+
+/**
+ * How long a tenant's requests are kept, in ms. The one place retention is
+ * decided (today the platform setting for every tenant; a per-tenant
+ * choice goes here). Cached a few seconds: the usage writer asks per batch.
+ */
+export function requestLogRetentionMs(
+  store: Store,
+  _tenantId: string,
+): Promise<number> {
+  const now = Date.now();
+  let c = cache.get(store);
+  if (!c || now >= c.until) {
+    c = {
+      until: now + SETTING_TTL_MS,
+      days: getRequestLogSettings(store).then((s) => s.retentionDays),
+    };
+    const mine = c;
+    c.days.catch(() => {
+      if (cache.get(store) === mine) cache.delete(store);
+    });
+    cache.set(store, c);
+  }
+  return c.days.then((d) => d * 86_400_000);
+}
+
+/** A status class as filtered and indexed. */
+export type StatusClass = "2xx" | "4xx" | "5xx";
+export const STATUS_CLASSES: readonly StatusClass[] = ["2xx", "4xx", "5xx"];
+
+/** The class of an HTTP status (499, a client gone, is 4xx). */
+export function statusClass(status: number): StatusClass {
+  return status >= 500 ? "5xx" : status >= 400 ? "4xx" : "2xx";
+}
+
+/**
+ * The index entries of one packed value of a tenant's records: for each
+ * key, model, node and status class in it, the positions of its records.
+ */
+export function requestLogIndexSets(
+  tenantId: string,
+  valueId: string,
+  records: readonly UsageRecord[],
+): [Deno.KvKey, number[]][] {
+  const by = new Map<string, [RequestLogDimension, string, number[]]>();
+  const add = (dim: RequestLogDimension, value: string, i: number) => {
+    const id = `${dim}\u0000${value}`;
+    const e = by.get(id);
+    if (e) e[2].push(i);
+    else by.set(id, [dim, value, [i]]);
+  };
+  records.forEach((r, i) => {
+    add("key", r.keyId, i);
+    if (r.model) add("model", r.model, i);
+    if (r.nodeId) add("node", r.nodeId, i);
+    add("status", statusClass(r.status), i);
+  });
+  return [...by.values()].map(([dim, value, positions]) => [
+    k.requestLogIndex(tenantId, dim, value, valueId),
+    positions,
+  ]);
+}
+
+/** Filters of the request log (all optional; times in epoch ms, inclusive). */
+export interface RequestLogFilter extends Omit<PageOptions, "reverse"> {
+  keyId?: string;
+  model?: string;
+  nodeId?: string;
+  status?: StatusClass;
+  from?: number;
+  to?: number;
+}
+
+/** A page of the request log. */
+export interface RequestLogPage {
+  items: UsageRecord[];
+  /** Where the next page starts; null at the end. */
+  cursor: string | null;
+  /**
+   * The page stopped early: it read as many values as a page may without
+   * filling up (a rare filter over many requests); `cursor` searches on,
+   * from `searchedTo` back.
+   */
+  partial: boolean;
+  searchedTo: string | null;
+}
+
+/** Most values (each up to RECORDS_PER_VALUE records) one page reads. */
+export const MAX_VALUES_PER_PAGE = 200;
+/**
+ * How far a value's first record may be from a record in it: records wait
+ * at most a minute to be written and a request lasts at most its total
+ * timeout; an hour of slack either way, then filtered exactly.
+ */
+const SPAN_MS = 3_600_000;
+
+function idBound(ms: number, high: boolean): string {
+  const t = Math.min(Math.max(0, ms), 2 ** 48 - 1);
+  return encodeTime(t, 10).toLowerCase() + (high ? "z" : "0").repeat(16);
+}
+
+function checkFilter(f: RequestLogFilter): void {
+  for (
+    const [name, v] of [["key", f.keyId], ["model", f.model], [
+      "node",
+      f.nodeId,
+    ]] as const
+  ) {
+    if (v !== undefined && (typeof v !== "string" || v.length > 256)) {
+      throw new ValidationError(`${name} is invalid`, name);
+    }
+  }
+  if (f.status !== undefined && !STATUS_CLASSES.includes(f.status)) {
+    throw new ValidationError("status must be 2xx, 4xx or 5xx", "status");
+  }
+  for (const [name, v] of [["from", f.from], ["to", f.to]] as const) {
+    if (v !== undefined && !Number.isFinite(v)) {
+      throw new ValidationError(`${name} must be a date and time`, name);
+    }
+  }
+  if (f.from !== undefined && f.to !== undefined && f.to < f.from) {
+    throw new ValidationError("`to` is before `from`", "to");
+  }
+}
+
+/**
+ * Lists a tenant's requests, newest first (a value's records from the last
+ * that came, values newest first). Uses the index of the most selective
+ * filter given (an error class, then node, key, model), checks the others
+ * on each record, and reads at most MAX_VALUES_PER_PAGE values a page. The
+ * cursor is `<records of the value already shown>-<KV cursor before it>`.
+ */
+export async function listRequestLog(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+  f: RequestLogFilter = {},
+): Promise<RequestLogPage> {
+  requireTenantRead(p, tenantId);
+  checkFilter(f);
+  const limit = pageSize(f.limit);
+  const at = /^(\d{1,4})-([A-Za-z0-9_\-+/=]{0,1024})$/.exec(f.cursor ?? "");
+  if (f.cursor && !at) throw new ValidationError("cursor is invalid", "cursor");
+  const now = Date.now();
+  const keepFrom = now - await requestLogRetentionMs(store, tenantId);
+  const from = Math.max(f.from ?? 0, keepFrom);
+  const to = f.to ?? Infinity;
+  const index: [RequestLogDimension, string] | null =
+    f.status && f.status !== "2xx"
+      ? ["status", f.status]
+      : f.nodeId
+      ? ["node", f.nodeId]
+      : f.keyId
+      ? ["key", f.keyId]
+      : f.model
+      ? ["model", f.model]
+      : f.status
+      ? ["status", f.status]
+      : null;
+  const prefix = index
+    ? k.requestLogIndexPrefix(tenantId, index[0], index[1])
+    : k.usageRecordPrefix(tenantId);
+  const fromMs = from - SPAN_MS;
+  const toMs = to === Infinity ? now + SPAN_MS : to + SPAN_MS;
+  const matches = (r: UsageRecord) => {
+    const t = Date.parse(r.at);
+    return t >= from && t <= to &&
+      (f.keyId === undefined || r.keyId === f.keyId) &&
+      (f.model === undefined || r.model === f.model) &&
+      (f.nodeId === undefined || r.nodeId === f.nodeId) &&
+      (f.status === undefined || statusClass(r.status) === f.status);
+  };
+  let skip = at ? Number(at[1]) : 0;
+  let before = at?.[2] ?? "";
+  const iter = store.kv.list<unknown>(
+    {
+      start: [...prefix, idBound(fromMs, false)],
+      end: [...prefix, idBound(toMs, true)],
+    },
+    {
+      cursor: before || undefined,
+      reverse: true,
+      batchSize: index ? 10 : limit,
+    },
+  );
+  const items: UsageRecord[] = [];
+  type Pending = {
+    valueId: string;
+    positions: number[] | null;
+    value?: unknown;
+    before: string;
+  };
+  let pending: Pending[] = [];
+  let scanned = 0;
+  let searchedTo: string | null = null;
+  /** Emits the pending values' matches; a full page's answer, or null. */
+  const drain = async (): Promise<RequestLogPage | null> => {
+    const batch = pending;
+    pending = [];
+    if (index) {
+      const values = await store.kv.getMany<unknown[]>(
+        batch.map((b) => k.usageRecord(tenantId, b.valueId)),
+      );
+      values.forEach((v, i) => batch[i]!.value = v.value);
+    }
+    for (const b of batch) {
+      searchedTo = new Date(decodeTime(b.valueId.toUpperCase())).toISOString();
+      if (!b.value) continue; // expired meanwhile
+      const rs =
+        (Array.isArray(b.value) ? b.value : [b.value]) as UsageRecord[];
+      const picked = (b.positions ?? rs.map((_, i) => i))
+        .map((i) => rs[i])
+        .filter((r): r is UsageRecord => r !== undefined && matches(r))
+        .reverse();
+      for (let i = skip; i < picked.length; i++) {
+        if (items.length === limit) {
+          return {
+            items,
+            cursor: `${i}-${b.before}`,
+            partial: false,
+            searchedTo,
+          };
+        }
+        items.push(picked[i]!);
+      }
+      skip = 0;
+    }
+    return null;
+  };
+  try {
+    for await (const e of iter) {
+      const valueId = e.key[e.key.length - 1];
+      if (typeof valueId !== "string") continue;
+      pending.push({
+        valueId,
+        positions: index && Array.isArray(e.value) ? e.value as number[] : null,
+        ...(index ? {} : { value: e.value }),
+        before,
+      });
+      before = iter.cursor;
+      scanned++;
+      if (pending.length >= (index ? 10 : 1)) {
+        const done = await drain();
+        if (done) return done;
+      }
+      if (scanned >= MAX_VALUES_PER_PAGE) {
+        const done = await drain();
+        if (done) return done;
+        if (items.length === limit) {
+          return { items, cursor: `0-${before}`, partial: false, searchedTo };
+        }
+        return { items, cursor: `0-${before}`, partial: true, searchedTo };
+      }
+    }
+  } catch (err) {
+    if (f.cursor && !(err instanceof ValidationError)) {
+      throw new ValidationError("cursor is invalid", "cursor");
+    }
+    throw err;
+  }
+  const done = await drain();
+  if (done) return done;
+  return { items, cursor: null, partial: false, searchedTo };
+}
