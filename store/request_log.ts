@@ -13,7 +13,8 @@
  * only values that hold matches. Values and index entries expire together
  * after `requestLogRetentionMs` (a platform setting, default 14 days).
  */
-import { decodeTime, encodeTime } from "ulid";
+import { decodeTime } from "ulid";
+import { idBoundAt } from "./ids.ts";
 import { addAudit } from "./audit.ts";
 import { ConflictError, ValidationError } from "./errors.ts";
 import { k, type RequestLogDimension } from "./kv_keys.ts";
@@ -194,11 +195,6 @@ export const MAX_VALUES_PER_PAGE = 200;
  */
 const SPAN_MS = 3_600_000;
 
-function idBound(ms: number, high: boolean): string {
-  const t = Math.min(Math.max(0, ms), 2 ** 48 - 1);
-  return encodeTime(t, 10).toLowerCase() + (high ? "z" : "0").repeat(16);
-}
-
 function checkFilter(f: RequestLogFilter): void {
   for (
     const [name, v] of [["key", f.keyId], ["model", f.model], [
@@ -260,8 +256,9 @@ export async function listRequestLog(
   const prefix = index
     ? k.requestLogIndexPrefix(tenantId, index[0], index[1])
     : k.usageRecordPrefix(tenantId);
-  const fromMs = from - SPAN_MS;
-  const toMs = to === Infinity ? now + SPAN_MS : to + SPAN_MS;
+  const fromMs = f.from === undefined ? 0 : f.from - SPAN_MS;
+  // A fixed bound when open: a cursor is valid for the same range only.
+  const toMs = to === Infinity ? Number.MAX_SAFE_INTEGER : to + SPAN_MS;
   const matches = (r: UsageRecord) => {
     const t = Date.parse(r.at);
     return t >= from && t <= to &&
@@ -274,8 +271,8 @@ export async function listRequestLog(
   let before = at?.[2] ?? "";
   const iter = store.kv.list<unknown>(
     {
-      start: [...prefix, idBound(fromMs, false)],
-      end: [...prefix, idBound(toMs, true)],
+      start: [...prefix, idBoundAt(fromMs, false)],
+      end: [...prefix, idBoundAt(toMs, true)],
     },
     {
       cursor: before || undefined,
@@ -361,4 +358,57 @@ export async function listRequestLog(
   const done = await drain();
   if (done) return done;
   return { items, cursor: null, partial: false, searchedTo };
+}
+
+/**
+ * Parses a time given as ISO 8601, a `datetime-local` value (UTC), or a
+ * date (its start; `end`: its last millisecond); undefined when empty.
+ */
+export function parseLogTime(
+  raw: string | undefined,
+  name: string,
+  end = false,
+): number | undefined {
+  const v = (raw ?? "").trim();
+  if (v === "") return undefined;
+  let ms = NaN;
+  if (/^\d{4}-\d{2}-\d{2}$/.test(v)) {
+    ms = Date.parse(`${v}T00:00:00Z`) + (end ? 86_400_000 - 1 : 0);
+  } else if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(v)) {
+    ms = Date.parse(`${v}:00Z`) + (end ? 59_999 : 0);
+  } else if (/^\d{4}-\d{2}-\d{2}T[\d:.]+(Z|[+-]\d{2}:\d{2})$/.test(v)) {
+    ms = Date.parse(v);
+  }
+  if (!Number.isFinite(ms)) {
+    throw new ValidationError(
+      `${name} must be a date (2026-11-22) or a date and time (2026-11-22T10:00, UTC)`,
+      name,
+    );
+  }
+  return ms;
+}
+
+/** A request log filter from query parameters (`key`, `status`, `model`, `node`, `from`, `to`, `cursor`, `limit`). */
+export function parseRequestLogQuery(
+  q: Record<string, string | undefined>,
+): RequestLogFilter {
+  const opt = (v: string | undefined) => {
+    const t = (v ?? "").trim();
+    return t === "" ? undefined : t.slice(0, 300);
+  };
+  const status = opt(q.status);
+  if (status !== undefined && !STATUS_CLASSES.includes(status as StatusClass)) {
+    throw new ValidationError("status must be 2xx, 4xx or 5xx", "status");
+  }
+  const limit = opt(q.limit);
+  return {
+    keyId: opt(q.key),
+    model: opt(q.model),
+    nodeId: opt(q.node),
+    status: status as StatusClass | undefined,
+    from: parseLogTime(q.from, "from"),
+    to: parseLogTime(q.to, "to", true),
+    cursor: opt(q.cursor) ?? null,
+    limit: limit === undefined ? undefined : Number(limit),
+  };
 }
