@@ -151,6 +151,13 @@ async function view(
             <a class="btn small" href={`/tenants/${id}/statements`}>
               Monthly statements →
             </a>
+            <a
+              class="btn small"
+              href={`/tenants/${id}/requests`}
+              data-testid="request-log-link"
+            >
+              Request log →
+            </a>
           </p>
         </Card>
         <Card title="Budget alerts" id="alerts">
@@ -204,7 +211,14 @@ async function view(
           >
             {keys.items.map((key) => (
               <tr key={key.id} data-key-id={key.id}>
-                <td>{key.name}</td>
+                <td>
+                  <a
+                    href={`/tenants/${id}/keys/${key.id}`}
+                    data-testid="key-link"
+                  >
+                    {key.name}
+                  </a>
+                </td>
                 <td class="mono">{key.prefix}…{key.last4}</td>
                 <td>
                   {key.scopes.join(", ")}

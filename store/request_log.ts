@@ -186,6 +186,15 @@ export interface RequestLogPage {
   searchedTo: string | null;
 }
 
+/** The time a value's id says (null for an id that is not a ULID). */
+function timeOfId(id: string): string | null {
+  try {
+    return new Date(decodeTime(id.toUpperCase())).toISOString();
+  } catch {
+    return null;
+  }
+}
+
 /** Most values (each up to RECORDS_PER_VALUE records) one page reads. */
 export const MAX_VALUES_PER_PAGE = 200;
 /**
@@ -256,9 +265,7 @@ export async function listRequestLog(
   const prefix = index
     ? k.requestLogIndexPrefix(tenantId, index[0], index[1])
     : k.usageRecordPrefix(tenantId);
-  const fromMs = f.from === undefined ? 0 : f.from - SPAN_MS;
-  // A fixed bound when open: a cursor is valid for the same range only.
-  const toMs = to === Infinity ? Number.MAX_SAFE_INTEGER : to + SPAN_MS;
+
   const matches = (r: UsageRecord) => {
     const t = Date.parse(r.at);
     return t >= from && t <= to &&
@@ -271,8 +278,15 @@ export async function listRequestLog(
   let before = at?.[2] ?? "";
   const iter = store.kv.list<unknown>(
     {
-      start: [...prefix, idBoundAt(fromMs, false)],
-      end: [...prefix, idBoundAt(toMs, true)],
+      // Fixed bounds when open (a cursor is valid for its range only).
+      start: [
+        ...prefix,
+        f.from === undefined ? "" : idBoundAt(f.from - SPAN_MS, false),
+      ],
+      end: [
+        ...prefix,
+        f.to === undefined ? "\uffff" : idBoundAt(f.to + SPAN_MS, true),
+      ],
     },
     {
       cursor: before || undefined,
@@ -301,7 +315,7 @@ export async function listRequestLog(
       values.forEach((v, i) => batch[i]!.value = v.value);
     }
     for (const b of batch) {
-      searchedTo = new Date(decodeTime(b.valueId.toUpperCase())).toISOString();
+      searchedTo = timeOfId(b.valueId) ?? searchedTo;
       if (!b.value) continue; // expired meanwhile
       const rs =
         (Array.isArray(b.value) ? b.value : [b.value]) as UsageRecord[];

@@ -14,6 +14,7 @@ import {
 } from "../../store/api_keys.ts";
 import {
   listRequestLog,
+  parseLogTime,
   parseRequestLogQuery,
 } from "../../store/request_log.ts";
 import { listAudit } from "../../store/audit.ts";
@@ -203,6 +204,9 @@ export function createAdminApi(): Hono<AdminEnv> {
       await listAudit(store(c).kv, c.get("principal"), {
         tenantId: c.req.query("tenant")?.slice(0, 64),
         actorId: c.req.query("actor")?.slice(0, 64),
+        action: c.req.query("action")?.slice(0, 64),
+        from: parseLogTime(c.req.query("from"), "from"),
+        to: parseLogTime(c.req.query("to"), "to", true),
         cursor: c.req.query("cursor"),
         limit: limitParam(c.req.query("limit")),
       }),
