@@ -481,6 +481,7 @@ export class Exchange {
     return withSpan("orchard.authenticate", {}, async () => {
       const ctx = await this.core.authenticate(req, scope);
       this.tenantSlug = ctx.tenant.slug;
+      this.ctx = ctx; // a refusal from here on is in the tenant's request log
       return ctx;
     });
   }
