@@ -9,8 +9,9 @@
  * writer (store/usage_rollups.ts) writes each tenant's records as packed
  * values off the request path. In the same commit it writes this module's
  * index: per value, one small entry per key, model, node and status class
- * in it, holding the positions of those records, so a filtered page reads
- * only values that hold matches. Values and index entries expire together
+ * in it, holding those records (when few: INLINE_MAX) or their positions,
+ * so a filtered page reads only small entries and the values that hold
+ * matches. Values and index entries expire together
  * after `requestLogRetentionMs` (a platform setting, default 14 days).
  */
 import { decodeTime } from "ulid";
@@ -142,7 +143,7 @@ export function requestLogIndexSets(
   tenantId: string,
   valueId: string,
   records: readonly UsageRecord[],
-): [Deno.KvKey, number[]][] {
+): [Deno.KvKey, number[] | UsageRecord[]][] {
   const by = new Map<string, [RequestLogDimension, string, number[]]>();
   const add = (dim: RequestLogDimension, value: string, i: number) => {
     const id = `${dim}\u0000${value}`;
@@ -158,9 +159,18 @@ export function requestLogIndexSets(
   });
   return [...by.values()].map(([dim, value, positions]) => [
     k.requestLogIndex(tenantId, dim, value, valueId),
-    positions,
+    positions.length <= INLINE_MAX
+      ? positions.map((i) => records[i]!)
+      : positions,
   ]);
 }
+
+/**
+ * An index entry of at most this many records holds the records
+ * themselves, not their positions: a selective filter (one key of many, an
+ * error class) then reads small entries only, never the 48-record values.
+ */
+export const INLINE_MAX = 6;
 
 /** Filters of the request log (all optional; times in epoch ms, inclusive). */
 export interface RequestLogFilter extends Omit<PageOptions, "reverse"> {
@@ -291,7 +301,7 @@ export async function listRequestLog(
     {
       cursor: before || undefined,
       reverse: true,
-      batchSize: index ? 10 : limit,
+      batchSize: index ? 20 : Math.min(limit, Math.ceil(limit / 24) + 1),
     },
   );
   const items: UsageRecord[] = [];
@@ -308,11 +318,12 @@ export async function listRequestLog(
   const drain = async (): Promise<RequestLogPage | null> => {
     const batch = pending;
     pending = [];
-    if (index) {
+    const fetch = batch.filter((b) => b.value === undefined);
+    if (fetch.length > 0) {
       const values = await store.kv.getMany<unknown[]>(
-        batch.map((b) => k.usageRecord(tenantId, b.valueId)),
+        fetch.map((b) => k.usageRecord(tenantId, b.valueId)),
       );
-      values.forEach((v, i) => batch[i]!.value = v.value);
+      values.forEach((v, i) => fetch[i]!.value = v.value);
     }
     for (const b of batch) {
       searchedTo = timeOfId(b.valueId) ?? searchedTo;
@@ -342,15 +353,29 @@ export async function listRequestLog(
     for await (const e of iter) {
       const valueId = e.key[e.key.length - 1];
       if (typeof valueId !== "string") continue;
+      const v = e.value;
+      const inline = index && Array.isArray(v) && typeof v[0] === "object";
       pending.push({
         valueId,
-        positions: index && Array.isArray(e.value) ? e.value as number[] : null,
-        ...(index ? {} : { value: e.value }),
+        positions: index && !inline && Array.isArray(v) ? v as number[] : null,
+        ...(!index || inline ? { value: v } : {}),
         before,
       });
       before = iter.cursor;
       scanned++;
-      if (pending.length >= (index ? 10 : 1)) {
+      // Values are read ten at a time at most, and only as many as may
+      // fill the page (an index entry says how many records it points at).
+      const fetches = pending.filter((b) => b.value === undefined);
+      const promised = pending.reduce(
+        (n, b) =>
+          n + (b.positions?.length ??
+            (Array.isArray(b.value) ? b.value.length : 1)),
+        0,
+      );
+      if (
+        !index || fetches.length >= 10 ||
+        promised >= limit - items.length + skip
+      ) {
         const done = await drain();
         if (done) return done;
       }
