@@ -37,6 +37,8 @@ import { settingsRoutes } from "./routes/settings.tsx";
 import { ssoRoutes } from "./routes/sso.tsx";
 import { ssoSettingsRoutes } from "./routes/sso_settings.tsx";
 import { statementRoutes } from "./routes/statements.tsx";
+import { keyRoutes } from "./routes/keys.tsx";
+import { requestLogRoutes } from "./routes/requests.tsx";
 import { usageRoutes } from "./routes/usage.tsx";
 
 /** Extra pieces mounted next to the portal and admin API. */
@@ -131,6 +133,8 @@ export function createOrchardApp(
   signedIn.route("/tenants", tenantRoutes);
   signedIn.route("/tenants", tenantDetailRoutes);
   signedIn.route("/tenants", statementRoutes);
+  signedIn.route("/tenants", keyRoutes);
+  signedIn.route("/tenants", requestLogRoutes);
   signedIn.route("/audit", auditRoutes);
   signedIn.route("/usage", usageRoutes);
   signedIn.route("/settings/sso", ssoSettingsRoutes);

@@ -2,7 +2,11 @@
 /**
  * `deno task bench:portal`: seeds 10,000 tenants and 100,000 keys in a KV
  * file, then prints the median time to render the tenants page, a tenant
- * page, and one key verification, against a bare KV `get` in the same run.
+ * page, and one key verification, against a bare KV `get` in the same run;
+ * then 1,000,000 requests in one tenant's request log (the gateway's packed
+ * usage values and their index) and usage with money for 1,000 tenants, and
+ * the median time to render the request log (unfiltered, by key, by 5xx, by
+ * key and 4xx, its second page) and the usage pages (all tenants, one).
  * Targets: page p50 < 30 ms; key verification < 3× a bare get.
  */
 import { testConfig } from "../config.ts";
@@ -18,11 +22,18 @@ import { createStore } from "../store/store.ts";
 import type { Tenant } from "../store/tenants.ts";
 import { createUser } from "../store/users.ts";
 import { csrfToken } from "../routes/_middleware.ts";
+import { newIdAt } from "../store/ids.ts";
+import { setPricing } from "../store/pricing.ts";
+import { requestLogIndexSets } from "../store/request_log.ts";
+import { RECORDS_PER_VALUE, type UsageRecord } from "../store/usage.ts";
+import { UsageRollups } from "../store/usage_rollups.ts";
 import { signHS256 } from "../lib/jwt.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 const TENANTS = Number(Deno.env.get("BENCH_TENANTS") ?? 10_000);
 const KEYS = Number(Deno.env.get("BENCH_KEYS") ?? 100_000);
+const LOG_RECORDS = Number(Deno.env.get("BENCH_LOG_RECORDS") ?? 1_000_000);
+const USAGE_TENANTS = Number(Deno.env.get("BENCH_USAGE_TENANTS") ?? 1_000);
 const dir = await Deno.makeTempDir({ prefix: "orchard-bench-" });
 const kv = await Deno.openKv(`${dir}/bench.kv`);
 const store = await createStore(kv);
@@ -117,6 +128,7 @@ const app = createOrchardApp({ store, config: testConfig() }, {
   CopyButton: "/x.js",
   ConfirmSubmit: "/y.js",
   FormGuard: "/f.js",
+  UsageChart: "/u.js",
 });
 
 async function time(
@@ -163,6 +175,157 @@ const tenantPage = await time(async () => {
   await r.text();
 }, 200);
 
+// The request log: LOG_RECORDS requests of one tenant over the last 13
+// days, in the packed values (RECORDS_PER_VALUE each) and index entries the
+// usage writer commits (store/usage_rollups.ts), written here directly.
+const logTenant = tenants[7 % tenants.length]!;
+const logKeys = Array.from({ length: 20 }, () => newId());
+const t1 = performance.now();
+{
+  const span = 13 * 86_400_000;
+  const start = Date.now() - span;
+  let op = kv.atomic();
+  let values = 0;
+  for (let v = 0; v * RECORDS_PER_VALUE < LOG_RECORDS; v++) {
+    const value: UsageRecord[] = [];
+    for (let j = 0; j < RECORDS_PER_VALUE; j++) {
+      const i = v * RECORDS_PER_VALUE + j;
+      const at = start + Math.floor(i * span / LOG_RECORDS);
+      const roll = i % 200;
+      const status = roll === 0 ? 502 : roll < 5 ? 429 : 200;
+      value.push({
+        id: newIdAt(at),
+        at: new Date(at).toISOString(),
+        requestId: `req_${i}`,
+        tenantId: logTenant.id,
+        keyId: logKeys[i % logKeys.length]!,
+        model: `model-${i % 4}`,
+        nodeId: `node-${i % 8}`,
+        endpoint: "chat",
+        promptTokens: 100 + (i % 50),
+        completionTokens: 20 + (i % 30),
+        latencyMs: 300 + (i % 700),
+        ttftMs: 50 + (i % 100),
+        status,
+        outcome: status === 200 ? "ok" : "error",
+        ...(status === 200 ? {} : {
+          errorCode: status === 429 ? "rate_limit_exceeded" : "upstream_error",
+          errorType: status === 429 ? "rate_limit_error" : "server_error",
+        }),
+      });
+    }
+    op.set(k.usageRecord(logTenant.id, value[0]!.id), value);
+    for (
+      const [key, positions] of requestLogIndexSets(
+        logTenant.id,
+        value[0]!.id,
+        value,
+      )
+    ) {
+      op.set(key, positions);
+    }
+    if (++values >= 8) {
+      await op.commit();
+      op = kv.atomic();
+      values = 0;
+    }
+  }
+  await op.commit();
+}
+console.log(
+  `seeded ${LOG_RECORDS} requests in a request log in ${
+    ((performance.now() - t1) / 1000).toFixed(1)
+  } s`,
+);
+// Usage with money: USAGE_TENANTS tenants' requests over 3 keys and 2
+// priced models, through the usage writer (rollups, month and key × model).
+await setPricing(store, SYSTEM, {
+  currency: "EUR",
+  models: [
+    { model: "model-0", promptPerMillion: "1.5", completionPerMillion: "4" },
+    { model: "model-1", promptPerMillion: "0.5", completionPerMillion: "1" },
+  ],
+  cluster: {
+    hardwarePricePerNode: "4000",
+    amortisationMonths: 36,
+    idleWatts: 10,
+    busyWatts: 120,
+    tariffPerKwh: "0.3",
+  },
+});
+{
+  const acc = new UsageRollups();
+  const now = Date.now();
+  for (let t = 0; t < USAGE_TENANTS; t++) {
+    const tenant = tenants[t]!;
+    const records: UsageRecord[] = [];
+    for (let i = 0; i < 12; i++) {
+      const at = now - (i * 2 + 1) * 3_600_000;
+      records.push({
+        id: newIdAt(at),
+        at: new Date(at).toISOString(),
+        requestId: `u_${t}_${i}`,
+        tenantId: tenant.id,
+        keyId: `key-${t}-${i % 3}`,
+        model: `model-${i % 2}`,
+        nodeId: `node-${i % 4}`,
+        endpoint: "chat",
+        promptTokens: 1000 + i,
+        completionTokens: 200 + i,
+        latencyMs: 800,
+        ttftMs: 100,
+        status: 200,
+        outcome: "ok",
+      });
+    }
+    acc.add(records);
+  }
+  await acc.writeDue(store);
+}
+console.log(`seeded usage with money for ${USAGE_TENANTS} tenants`);
+
+const get = (path: string) => async () => {
+  const r = await app.request(path, { headers: { cookie } });
+  if (r.status !== 200) throw new Error(`${path}: ${r.status}`);
+  await r.text();
+};
+const logBase = `/tenants/${logTenant.id}/requests`;
+const firstPage = await (await app.request(logBase, { headers: { cookie } }))
+  .text();
+const next = /href="([^"]*cursor=[^"]*)"/.exec(firstPage)?.[1]?.replaceAll(
+  "&amp;",
+  "&",
+);
+if (!next) throw new Error("the request log has no second page");
+const logPages: [string, number[]][] = [
+  ["request log", await time(get(logBase), 100)],
+  ["request log, 2nd page", await time(get(next), 100)],
+  ["request log by key", await time(get(`${logBase}?key=${logKeys[3]}`), 100)],
+  ["request log, 5xx", await time(get(`${logBase}?status=5xx`), 100)],
+  [
+    "request log, key+4xx",
+    await time(get(`${logBase}?key=${logKeys[3]}&status=4xx`), 100),
+  ],
+  [
+    "request log, 1 day",
+    await time(
+      get(
+        `${logBase}?from=${
+          new Date(Date.now() - 5 * 86_400_000).toISOString().slice(0, 10)
+        }&to=${
+          new Date(Date.now() - 5 * 86_400_000).toISOString().slice(0, 10)
+        }`,
+      ),
+      100,
+    ),
+  ],
+  ["usage, 1000 tenants", await time(get("/usage?range=30d"), 50)],
+  [
+    "usage, one tenant",
+    await time(get(`/usage?tenant=${tenants[1]!.id}&range=30d`), 100),
+  ],
+];
+
 const fmt = (ms: number) => `${ms.toFixed(3)} ms`;
 const base = median(bareGetHit);
 console.log(
@@ -180,6 +343,13 @@ console.log(
     fmt(p(tenantPage, 0.99))
   }  target < 30 ms  ${median(tenantPage) < 30 ? "PASS" : "FAIL"}`,
 );
+for (const [name, xs] of logPages) {
+  console.log(
+    `${name.padEnd(22)} p50 ${fmt(median(xs))}  p99 ${
+      fmt(p(xs, 0.99))
+    }  target < 30 ms  ${median(xs) < 30 ? "PASS" : "FAIL"}`,
+  );
+}
 const ratio = median(verify) / base;
 console.log(
   `key verification   p50 ${fmt(median(verify))}  = ${

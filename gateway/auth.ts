@@ -45,6 +45,8 @@ export interface AuthContext {
   budgeted: boolean;
   /** The plan has a money budget: requests are priced at admission. */
   priced: boolean;
+  /** The key presented is a rotated key's previous secret, accepted until then (epoch ms). */
+  graceUntil: number | null;
 }
 
 /**
@@ -71,6 +73,11 @@ const invalidKey = (why = "Incorrect API key provided") =>
   new OpenAIError(401, "invalid_api_key", why, {
     type: "authentication_error",
   });
+
+const rotatedKey = () =>
+  invalidKey(
+    "This API key was rotated and its grace period has ended; use the new key",
+  );
 
 /** Verifies keys with a cache bounded in time (≤ ttlMs) and size. */
 export class KeyCache {
@@ -154,9 +161,11 @@ export class KeyCache {
   }
 
   #unexpired(v: AuthContext): AuthContext {
-    if (v.key.expiresAt && Date.parse(v.key.expiresAt) <= Date.now()) {
+    const now = Date.now();
+    if (v.key.expiresAt && Date.parse(v.key.expiresAt) <= now) {
       throw invalidKey("This API key has expired");
     }
+    if (v.graceUntil !== null && v.graceUntil <= now) throw rotatedKey();
     return v;
   }
 
@@ -234,6 +243,7 @@ export class KeyCache {
   async #load(raw: string, now: number): Promise<AuthContext | OpenAIError> {
     const r = await verifyApiKey(this.#store, raw, now);
     if (!r.ok) {
+      if (r.reason === "rotated") return rotatedKey();
       return invalidKey(
         r.reason === "revoked"
           ? "This API key has been revoked"
@@ -269,6 +279,7 @@ export class KeyCache {
       models: key.models ? new Set(key.models) : null,
       budgeted: budgets.some((b) => b.keyId === null || b.keyId === key.id),
       priced: plan.rules.some((r) => r.kind === "spend"),
+      graceUntil: r.graceUntil,
     };
   }
 }

@@ -366,6 +366,8 @@ export class Exchange {
   ttftMs: number | null = null;
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
+  /** The error the client got (code and type), for the request log. */
+  error: { code: string | null; type: string } | null = null;
   headers: Record<string, string> = {};
   #done = false;
   /** The request's span (Deno.serve's, when tracing is on: lib/trace.ts). */
@@ -495,6 +497,7 @@ export class Exchange {
     return withSpan("orchard.authenticate", {}, async () => {
       const ctx = await this.core.authenticate(req, scope);
       this.tenantSlug = ctx.tenant.slug;
+      this.ctx = ctx; // a refusal from here on is in the tenant's request log
       return ctx;
     });
   }
@@ -532,8 +535,9 @@ export class Exchange {
         outcome: this.outcome,
       },
     );
-    if (!ctx || !this.model) return;
-    if (ctx.budgeted) this.core.budgets.watch(ctx.tenant.id);
+    // Refused before its model was known: logged (model ""), in no rollup.
+    if (!ctx) return;
+    if (ctx.budgeted && this.model) this.core.budgets.watch(ctx.tenant.id);
     this.core.usage.add({
       id: newId(),
       at: new Date(this.startedAt).toISOString(),
@@ -550,6 +554,9 @@ export class Exchange {
       status: this.status,
       outcome: this.outcome,
       ...(this.usageBasis ? { usageBasis: this.usageBasis } : {}),
+      ...(this.error
+        ? { errorCode: this.error.code, errorType: this.error.type }
+        : {}),
     });
   }
 }

@@ -145,6 +145,7 @@ export function fail(
   }
   ex.status = err.status;
   ex.outcome = err.status === 499 ? "cancelled" : "error";
+  ex.error = { code: err.code, type: err.type };
   if (!ex.nodeId) ex.core.metrics.rejected(err.code ?? err.type, err.status);
   ex.finish();
   const res = render ? render(err) : err.toResponse();

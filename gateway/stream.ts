@@ -138,6 +138,7 @@ export function relayStream(
       }
       ex.bill(sink.reported, sink.counted, sink.chunks);
       ex.outcome = cancelled ? "cancelled" : err ? "error" : "ok";
+      if (err) ex.error = { code: err.code, type: err.type };
       if (err) {
         ex.core.log.warn("stream ended with an error", {
           requestId: ex.requestId,

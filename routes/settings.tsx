@@ -4,7 +4,7 @@
  */
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { Alert, Card, fmtTime, PostForm } from "../components/ui.tsx";
+import { Alert, Card, Field, fmtTime, PostForm } from "../components/ui.tsx";
 import { ALLOCATION_RULES, RULE_LABEL } from "../store/allocation.ts";
 import { ValidationError } from "../store/errors.ts";
 import { formatMoney } from "../store/money.ts";
@@ -18,6 +18,10 @@ import {
   takeFlash,
 } from "./_flash.tsx";
 import { page, str } from "./_page.tsx";
+import {
+  getRequestLogSettings,
+  setRequestLogSettings,
+} from "../store/request_log.ts";
 
 type C = Context<PortalEnv>;
 
@@ -125,9 +129,17 @@ function field(v: FormValues, name: string, hint?: string) {
 
 async function view(
   c: C,
-  flash: Flash & { error?: string; values?: FormValues } = {},
+  flash: Flash & {
+    error?: string;
+    values?: FormValues;
+    /** The retention typed when it was refused. */
+    retention?: string;
+  } = {},
 ) {
-  const pricing = await getPricing(c.get("deps").store);
+  const [pricing, log] = await Promise.all([
+    getPricing(c.get("deps").store),
+    getRequestLogSettings(c.get("deps").store),
+  ]);
   const v = flash.values ?? valuesOf(pricing);
   const rows = rowCount(v) + EXTRA_ROWS;
   return page(
@@ -233,6 +245,30 @@ async function view(
           </div>
           <button class="primary" type="submit">Save settings</button>
         </PostForm>
+        <Card title="Request log" id="request-log">
+          <FlashMessages flash={flash} section="request-log" />
+          <PostForm
+            action="/settings/request-log"
+            csrf={c.get("csrf")}
+            id="request-log-form"
+            class="row"
+            style="align-items:flex-end"
+          >
+            <Field
+              label="Keep requests for (days)"
+              name="retentionDays"
+              type="number"
+              min={log.minDays}
+              max={log.maxDays}
+              required
+              value={flash.retention ?? log.retentionDays}
+              hint={`${log.minDays} to ${log.maxDays} (the retention bounds); for tenants that chose no period of their own; applies to requests logged from now on`}
+            />
+            <div class="field" style="flex:0">
+              <button type="submit">Save retention</button>
+            </div>
+          </PostForm>
+        </Card>
       </>
     ),
     flash.error ? 400 : 200,
@@ -262,4 +298,28 @@ export const settingsRoutes = new Hono<PortalEnv>()
       return view(c, { error: readable(err), values });
     }
     return await redirectWithFlash(c, "/settings", { ok: "Settings saved." });
+  })
+  .get("/request-log", (c) => {
+    requirePlatform(c.get("principal")!);
+    return c.redirect("/settings#request-log", 303);
+  })
+  .post("/request-log", async (c) => {
+    const p = c.get("principal")!;
+    requirePlatform(p);
+    const days = str((await c.req.parseBody()).retentionDays).trim();
+    try {
+      await setRequestLogSettings(c.get("deps").store, p, {
+        retentionDays: days === "" ? NaN : Number(days),
+      });
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      return view(c, {
+        error: readable(err),
+        retention: days.slice(0, 20),
+      });
+    }
+    return await redirectWithFlash(c, "/settings#request-log", {
+      section: "request-log",
+      ok: `Requests are kept ${days} days.`,
+    });
   });

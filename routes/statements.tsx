@@ -194,6 +194,16 @@ async function view(c: C) {
               Download CSV
             </a>
           )}
+          {s && (
+            <a
+              class="btn small"
+              href={`/tenants/${tenant.id}/statements/${month}/json`}
+              download
+              data-testid="statement-json"
+            >
+              Download JSON
+            </a>
+          )}
         </p>
         {error && <Alert tone="error">{error}</Alert>}
         {before && (
@@ -249,20 +259,34 @@ export const statementRoutes = new Hono<PortalEnv>()
     return c.redirect(`/tenants/${t.id}/statements/${month}`, 303);
   })
   .get("/:id/statements/:month", (c) => view(c))
-  .get("/:id/statements/:month/csv", async (c) => {
+  .get("/:id/statements/:month/:format{csv|json}", async (c) => {
     const store = c.get("deps").store;
     const p = c.get("principal")!;
     const tenant = await getTenant(store, p, c.req.param("id"));
-    const s = await buildStatement(
-      store,
-      p,
-      tenant.id,
-      c.req.param("month").slice(0, 20),
+    const format = c.req.param("format");
+    let s: Statement;
+    try {
+      s = await buildStatement(
+        store,
+        p,
+        tenant.id,
+        c.req.param("month").slice(0, 20),
+      );
+    } catch (err) {
+      // a bad month: the page says why (a download has nowhere to say it)
+      if (!(err instanceof ServiceError) || err.status !== 400) throw err;
+      return view(c);
+    }
+    return c.body(
+      format === "csv" ? statementCsv(s) : JSON.stringify(s, null, 2),
+      200,
+      {
+        "content-type": format === "csv"
+          ? "text/csv; charset=utf-8"
+          : "application/json; charset=utf-8",
+        "content-disposition":
+          `attachment; filename="statement-${tenant.slug}-${s.month}.${format}"`,
+        "cache-control": "no-store",
+      },
     );
-    return c.body(statementCsv(s), 200, {
-      "content-type": "text/csv; charset=utf-8",
-      "content-disposition":
-        `attachment; filename="statement-${tenant.slug}-${s.month}.csv"`,
-      "cache-control": "no-store",
-    });
   });

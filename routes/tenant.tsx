@@ -162,6 +162,13 @@ async function view(
             <a class="btn small" href={`/tenants/${id}/statements`}>
               Monthly statements →
             </a>
+            <a
+              class="btn small"
+              href={`/tenants/${id}/requests`}
+              data-testid="request-log-link"
+            >
+              Request log →
+            </a>
           </p>
         </Card>
         <Card title="Budget alerts" id="alerts">
@@ -216,7 +223,14 @@ async function view(
             {keys.items.map((key) => (
               <tr key={key.id} data-key-id={key.id}>
                 <td>
-                  <span class="trunc" title={key.name}>{key.name}</span>
+                  <a
+                    href={`/tenants/${id}/keys/${key.id}`}
+                    data-testid="key-link"
+                    class="trunc"
+                    title={key.name}
+                  >
+                    {key.name}
+                  </a>
                 </td>
                 <td class="mono nowrap">{key.prefix}…{key.last4}</td>
                 <td>

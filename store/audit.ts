@@ -1,7 +1,13 @@
 /** The append-only audit log: every admin mutation, who, what, when, from where. */
-import { newId } from "./ids.ts";
+import { ValidationError } from "./errors.ts";
+import { idBoundAt, newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
-import { listPage, type Page, type PageOptions } from "./pagination.ts";
+import {
+  checkCursor,
+  type Page,
+  type PageOptions,
+  pageSize,
+} from "./pagination.ts";
 import { isPlatform, type Principal } from "./principal.ts";
 import { retentionMs } from "./retention.ts";
 
@@ -57,39 +63,68 @@ export function addAudit(
 export interface AuditFilter extends PageOptions {
   tenantId?: string;
   actorId?: string;
+  /** An action (`key.rotate`) or, ending in a dot, its family (`key.`). */
+  action?: string;
+  /** Time range (epoch ms, inclusive). */
+  from?: number;
+  to?: number;
 }
+
+/** Most entries one page reads looking for matches (then it says where to go on). */
+const MAX_SCAN = 2000;
 
 /**
  * Lists audit entries, newest first. Tenant principals see only their
- * tenant's entries, whatever filter they pass.
+ * tenant's entries, whatever filter they pass. The narrowest index is
+ * listed (tenant, then actor), over the time range; the other filters are
+ * checked on each entry, reading at most MAX_SCAN entries a page (a page
+ * may then be short, with a cursor to go on).
  */
-export function listAudit(
+export async function listAudit(
   kv: Deno.Kv,
   p: Principal,
   filter: AuditFilter = {},
 ): Promise<Page<AuditEntry>> {
   const tenantId = isPlatform(p) ? filter.tenantId : p.tenantId!;
-  const opts = { ...filter, reverse: true };
-  if (tenantId) {
-    return listPage<AuditEntry, AuditEntry>(
-      kv,
-      { prefix: k.auditByTenantPrefix(tenantId) },
-      opts,
-      (e) => (filter.actorId && e.actor.id !== filter.actorId ? null : e),
+  const action = filter.action?.trim() || undefined;
+  if (action !== undefined && !/^[a-z_.]{1,64}$/.test(action)) {
+    throw new ValidationError(
+      "action must be an action such as key.rotate, or a family such as key.",
+      "action",
     );
   }
-  if (filter.actorId) {
-    return listPage<AuditEntry, AuditEntry>(
-      kv,
-      { prefix: k.auditByActorPrefix(filter.actorId) },
-      opts,
-      (e) => e,
-    );
+  const prefix = tenantId
+    ? k.auditByTenantPrefix(tenantId)
+    : filter.actorId
+    ? k.auditByActorPrefix(filter.actorId)
+    : k.auditPrefix();
+  const from = filter.from ?? 0;
+  const to = filter.to ?? Number.MAX_SAFE_INTEGER; // a fixed bound: cursors stay valid
+  if (to < from) throw new ValidationError("`to` is before `from`", "to");
+  const matches = (e: AuditEntry) =>
+    (!filter.actorId || e.actor.id === filter.actorId) &&
+    (!action ||
+      (action.endsWith(".")
+        ? e.action.startsWith(action)
+        : e.action === action));
+  const limit = pageSize(filter.limit);
+  const cursor = checkCursor(filter.cursor);
+  const iter = kv.list<AuditEntry>({
+    start: [...prefix, idBoundAt(from, false)],
+    end: [...prefix, idBoundAt(to, true)],
+  }, { cursor, reverse: true, batchSize: Math.min(500, limit * 4) });
+  const items: AuditEntry[] = [];
+  let scanned = 0;
+  try {
+    for await (const e of iter) {
+      if (matches(e.value)) items.push(e.value);
+      if (items.length === limit || ++scanned >= MAX_SCAN) {
+        return { items, cursor: iter.cursor || null };
+      }
+    }
+  } catch (err) {
+    if (cursor) throw new ValidationError("cursor is invalid", "cursor");
+    throw err;
   }
-  return listPage<AuditEntry, AuditEntry>(
-    kv,
-    { prefix: k.auditPrefix() },
-    opts,
-    (e) => e,
-  );
+  return { items, cursor: null };
 }

@@ -1,4 +1,4 @@
-import { monotonicFactory } from "ulid";
+import { encodeTime, monotonicFactory } from "ulid";
 
 const ulid = monotonicFactory();
 
@@ -10,4 +10,13 @@ export function newId(): string {
 /** A time-ordered id for a given moment (used for audit and usage records). */
 export function newIdAt(ms: number): string {
   return ulid(ms).toLowerCase();
+}
+
+/**
+ * The least (or, `high`, the greatest) id of a moment: bounds of a KV range
+ * over time-ordered ids.
+ */
+export function idBoundAt(ms: number, high: boolean): string {
+  const t = Math.min(Math.max(0, Math.floor(ms)), 2 ** 48 - 1);
+  return encodeTime(t, 10).toLowerCase() + (high ? "z" : "0").repeat(16);
 }

@@ -134,6 +134,22 @@ export const k = {
   usageRecord: (tenantId: string, id: string) =>
     ["usage", tenantId, id] as const,
   usageRecordPrefix: (tenantId: string) => ["usage", tenantId] as const,
+  /**
+   * The request log's index (store/request_log.ts): which records of the
+   * usage value `valueId` (their positions in it) have this key, model,
+   * node or status class; written with the value, expiring with it.
+   */
+  requestLogIndex: (
+    tenantId: string,
+    dim: RequestLogDimension,
+    value: string,
+    valueId: string,
+  ) => ["request_log_idx", tenantId, dim, value, valueId] as const,
+  requestLogIndexPrefix: (
+    tenantId: string,
+    dim: RequestLogDimension,
+    value: string,
+  ) => ["request_log_idx", tenantId, dim, value] as const,
   /** Up to which of a writer's records (sequence number) the tenant's are in KV (store/usage_rollups.ts). */
   usageMark: (tenantId: string, writer: string) =>
     ["usage_mark", tenantId, writer] as const,
@@ -237,6 +253,9 @@ export const k = {
   webhookDue: (at: number, id: string) => ["webhook_due", at, id] as const,
   webhookDuePrefix: () => ["webhook_due"] as const,
 };
+
+/** What the request log is indexed by: API key, model, node, status class. */
+export type RequestLogDimension = "key" | "model" | "node" | "status";
 
 /**
  * Month rollup dimensions: subject is the tenant id, `tenantId/model`,

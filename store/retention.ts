@@ -1,6 +1,7 @@
 /**
  * Retention per tenant: how long each kind of a tenant's records is kept
- * (usage records, audit entries, stored responses, request-log entries),
+ * (usage records, which are the request log; audit entries; stored
+ * responses),
  * within the provider's bounds (platform settings: a default, a minimum
  * and a maximum per kind, and the grace period before a deleted tenant's
  * data is removed). A tenant's admins choose within the bounds; only
@@ -32,7 +33,6 @@ export const RETENTION_KINDS = [
   "usage",
   "audit",
   "responses",
-  "requestLog",
 ] as const;
 /** One kind of record with a retention period. */
 export type RetentionKind = typeof RETENTION_KINDS[number];
@@ -41,10 +41,9 @@ export type RetentionDays = Record<RetentionKind, number>;
 
 /** What each kind is called on pages and statements. */
 export const RETENTION_LABELS: Record<RetentionKind, string> = {
-  usage: "Usage records",
+  usage: "Usage records (the request log)",
   audit: "Audit entries",
   responses: "Stored responses",
-  requestLog: "Request log",
 };
 
 /** The provider's bounds (platform settings). */
@@ -59,9 +58,9 @@ export interface RetentionBounds {
 
 /** Bounds until a platform admin saves others. */
 export const DEFAULT_BOUNDS: RetentionBounds = {
-  defaults: { usage: 90, audit: 365, responses: 30, requestLog: 30 },
-  min: { usage: 1, audit: 30, responses: 1, requestLog: 1 },
-  max: { usage: 730, audit: 3650, responses: 365, requestLog: 365 },
+  defaults: { usage: 90, audit: 365, responses: 30 },
+  min: { usage: 1, audit: 30, responses: 1 },
+  max: { usage: 730, audit: 3650, responses: 365 },
   deletionGraceDays: 30,
 };
 
@@ -75,7 +74,6 @@ const perKind = z.object({
   usage: days,
   audit: days,
   responses: days,
-  requestLog: days,
 }).strict();
 
 const boundsSchema = z.object({
@@ -89,7 +87,6 @@ const tenantSchema = z.object({
   usage: days.nullable().optional(),
   audit: days.nullable().optional(),
   responses: days.nullable().optional(),
-  requestLog: days.nullable().optional(),
 }).strict();
 
 /** A tenant's own choices (absent or null: the provider's default). */

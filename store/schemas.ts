@@ -67,6 +67,17 @@ export const modelName = z.string().trim().min(1).max(
   "model names must be at most 200 characters",
 );
 
+/** What a key's edit may change (every field optional; absent: unchanged). */
+export const apiKeyPatchSchema = z.object({
+  name: trimmed(1, 100, "Name").optional(),
+  scopes: z.array(
+    z.enum(SCOPES, { error: "scope must be chat, embeddings or models" }),
+  ).min(1, "at least one scope is required").max(3).optional(),
+  models: z.array(modelName).max(100, "at most 100 models").nullable()
+    .optional(),
+  limits: limitsSchema.nullable().optional(),
+}).strict();
+
 export const apiKeyCreateSchema = z.object({
   name: trimmed(1, 100, "Name"),
   scopes: z.array(

@@ -4,11 +4,7 @@
  */
 import { hmac, randomBase62, safeEqual } from "../lib/crypto.ts";
 
-import {
-  ForbiddenError,
-  TooManyRequestsError,
-  UnauthorizedError,
-} from "./errors.ts";
+import { TooManyRequestsError, UnauthorizedError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { verifyPassword } from "./passwords.ts";
 import type { Principal } from "./principal.ts";

@@ -13,7 +13,7 @@ import {
 } from "./sso_providers.ts";
 import { type SsoRefusal, SsoRefusedError, ssoSignIn } from "./sso_sign_in.ts";
 import { createStore, type Store } from "./store.ts";
-import { createTenant, type Tenant } from "./tenants.ts";
+import { createTenant } from "./tenants.ts";
 import { createUser, getUserByEmail, setUserDisabled } from "./users.ts";
 
 const PW = "a very long password";

@@ -20,7 +20,12 @@ import {
 } from "./pagination.ts";
 import type { Store } from "./store.ts";
 
-/** One request as metered by the gateway. */
+/**
+ * One request as metered by the gateway, and its request log entry
+ * (store/request_log.ts). `model` is "" for a request refused before its
+ * model was known (a bad body, an unknown or forbidden model): it is
+ * logged, but added to no rollup.
+ */
 export interface UsageRecord {
   id: string;
   /** ISO time the request started. */
@@ -45,6 +50,9 @@ export interface UsageRecord {
    * by the engine (records written before this field are so read too).
    */
   usageBasis?: "counted" | "estimated";
+  /** The error's `code` and `type` as the client got them (absent when it succeeded). */
+  errorCode?: string | null;
+  errorType?: string;
 }
 
 /** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */
@@ -62,6 +70,12 @@ export const LATENCY_BUCKETS_MS = [
   60_000,
   Infinity,
 ] as const;
+
+/*
+ * Single usage records are the request log: kept as long as
+ * `requestLogRetentionMs` says (store/request_log.ts: the tenant's
+ * retention period for usage records); rollups are kept.
+ */
 
 /** The bucket index of a duration. */
 export function bucketOf(ms: number): number {

@@ -38,6 +38,7 @@ import {
   timeBucket,
   type UsageRecord,
 } from "./usage.ts";
+import { requestLogIndexSets, requestLogRetentionMs } from "./request_log.ts";
 import type { JournalEntry, UsageJournal } from "./usage_journal.ts";
 
 /**
@@ -225,6 +226,8 @@ export class UsageRollups {
   #drops = 0;
   #nextSweep = 0;
   #chain: Promise<void> = Promise.resolve();
+  /** How long each tenant's records are kept, read before each write (store/request_log.ts). */
+  #retention = new Map<string, number>();
   /** Told which tenants' batches each commit wrote (see onWritten). */
   readonly #written = new Set<(tenantIds: string[]) => void>();
 
@@ -323,6 +326,11 @@ export class UsageRollups {
    */
   writeDue(store: Store, dueBy = Infinity, max = Infinity): Promise<number> {
     return this.#serial(async () => {
+      const retention = new Map<string, number>();
+      for (const t of [...this.#batches.keys()]) {
+        retention.set(t, await requestLogRetentionMs(store, t));
+      }
+      this.#retention = retention;
       const taken = this.#take(dueBy, max);
       let written = 0;
       let i = 0;
@@ -388,9 +396,10 @@ export class UsageRollups {
     const groups = new Set<Group>();
     const marks = new Map<string, number>();
     for (const r of records) {
+      marks.set(r.tenantId, 0);
+      if (r.model === "") continue; // in no rollup
       const gs = acc.#groupsOfRecord(r);
       for (const g of allGroups(gs)) groups.add(g);
-      marks.set(r.tenantId, 0);
     }
     for (const g of groups) await acc.#loadShard(store, g);
     for (const t of marks.keys()) {
@@ -480,16 +489,14 @@ export class UsageRollups {
     b.groups.sort((x, y) => x.id < y.id ? -1 : 1);
     const groups = b.groups.map((g) => this.#clean(g));
     const groupSets = b.groups.map(setOf);
-    const values = Math.ceil(b.records.length / RECORDS_PER_VALUE);
+    const recordSets = b.records.length <= RECORDS_PER_COMMIT
+      ? this.#recordSets(b.tenantId, b.records, b.seqs)
+      : null;
     if (
-      b.records.length <= RECORDS_PER_COMMIT &&
-      values + 1 + groups.length <= MAX_TENANT_MUTATIONS
+      recordSets && recordSets.length + groups.length <= MAX_TENANT_MUTATIONS
     ) {
       return [{
-        sets: [
-          ...this.#recordSets(b.tenantId, b.records, b.seqs),
-          ...groupSets,
-        ],
+        sets: [...recordSets, ...groupSets],
         batch: b,
         groups,
       }];
@@ -521,14 +528,26 @@ export class UsageRollups {
     seqs: number[],
   ): KvSet[] {
     const sets: KvSet[] = [];
+    const expireIn = this.#retention.get(tenantId) ??
+      retentionMs(tenantId, "usage");
     for (let i = 0; i < records.length; i += RECORDS_PER_VALUE) {
       const value = records.slice(i, i + RECORDS_PER_VALUE);
       sets.push([
         k.usageRecord(tenantId, value[0]!.id),
         value,
-        { expireIn: retentionMs(tenantId, "usage") },
+        { expireIn },
         value.length,
       ]);
+      // The request log's index of this value, in the same commit.
+      for (
+        const [key, positions] of requestLogIndexSets(
+          tenantId,
+          value[0]!.id,
+          value,
+        )
+      ) {
+        sets.push([key, positions, { expireIn }]);
+      }
     }
     if (seqs.length > 0) {
       sets.push([
@@ -656,7 +675,6 @@ export class UsageRollups {
     for (let i = 0; i < records.length; i++) {
       const r = records[i]!;
       const seq = seqs[i]!;
-      const gs = this.#groupsOfRecord(r);
       const b = this.#batchOf(r.tenantId, now, delayMs);
       if (keep === null || keep(r, seq)) {
         b.records.push(r);
@@ -667,6 +685,9 @@ export class UsageRollups {
           this.#nextDue = now;
         }
       }
+      // Refused before its model was known: in the request log only.
+      if (r.model === "") continue;
+      const gs = this.#groupsOfRecord(r);
       const latency = r.latencyMs;
       const prompt = r.promptTokens;
       const completion = r.completionTokens;

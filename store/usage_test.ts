@@ -306,13 +306,13 @@ Deno.test("writeDue() writes about `max` values, whole tenants waiting longest f
   const n = await acc.writeDue(store, Infinity, 1);
   assert.equal(
     n,
-    14,
-    "record value, mark, key's last use, 8 hour and day groups (tenant, key, tenant × model, key × model), 3 month groups",
+    18,
+    "record value, its 4 request log index entries (key, model, node, status class), mark, key's last use, 8 hour and day groups (tenant, key, tenant × model, key × model), 3 month groups",
   );
   assert.equal(acc.waitingRecords, 2);
   assert.deepEqual([await records("t0"), await tenant("t0")], [1, 1]);
   assert.deepEqual([await records("t1"), await tenant("t1")], [0, 0]);
-  await acc.writeDue(store, Infinity, 14 + 1);
+  await acc.writeDue(store, Infinity, 18 + 1);
   assert.equal(acc.waitingRecords, 0, "then t1's and t2's");
   assert.equal((await usageTotals(store, HOURS)).requests, 0, "shared: last");
   await acc.writeDue(store);

@@ -112,7 +112,19 @@ const COVERAGE: Record<string, Cover> = {
   "GET /api/admin/v1/chargeback": { kind: "platform-only" },
   "GET /tenants/:id/statements": { kind: "tenant-b" },
   "GET /tenants/:id/statements/:month": { kind: "tenant-b" },
-  "GET /tenants/:id/statements/:month/csv": { kind: "tenant-b" },
+  "GET /tenants/:id/statements/:month/:format{csv|json}": { kind: "tenant-b" },
+  // key management and the request log (issue 28)
+  "PATCH /api/admin/v1/keys/:id": { kind: "tenant-b" },
+  "POST /api/admin/v1/keys/:id/rotate": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/requests": { kind: "tenant-b" },
+  "GET /tenants/:id/keys/:keyId": { kind: "tenant-b" },
+  "GET /tenants/:id/keys/:keyId/edit": { kind: "tenant-b" },
+  "POST /tenants/:id/keys/:keyId/edit": { kind: "tenant-b" },
+  "GET /tenants/:id/keys/:keyId/rotate": { kind: "tenant-b" },
+  "POST /tenants/:id/keys/:keyId/rotate": { kind: "tenant-b" },
+  "GET /tenants/:id/requests": { kind: "tenant-b" },
+  "GET /settings/request-log": { kind: "platform-only" },
+  "POST /settings/request-log": { kind: "platform-only" },
   "GET /nodes": { kind: "platform-only" },
   "POST /nodes/:id/drain": { kind: "platform-only" },
   "POST /nodes/:id/undrain": { kind: "platform-only" },
@@ -294,7 +306,7 @@ async function seedB(
   await writeUsage(w.store, [{
     id: "b-usage",
     at: new Date().toISOString(),
-    requestId: "b-req",
+    requestId: "b-req-7d1e",
     tenantId: b.id,
     keyId: apiKey.id,
     model: "m",
@@ -348,6 +360,9 @@ async function seedB(
         ["webhook_delivery_by_owner", b.id],
         ["sso_provider", "partner-idp"],
         ["tenant_password_off", b.id],
+        ["usage", b.id],
+        ["request_log_idx", b.id],
+        ["config", "settings"],
       ]
     ) {
       for await (const e of w.kv.list({ prefix })) parts.push([e.key, e.value]);
@@ -374,6 +389,7 @@ async function seedB(
         "globex-idp",
         "globex-client",
         "globex-admins",
+        "b-req-7d1e", // a request in B's request log
       ],
       snapshot,
     },
@@ -393,7 +409,8 @@ function fill(path: string, tenantId: string, keyId: string): string {
     .replace(":webhookId", bWebhookId)
     .replace(":userId", bUserId).replace(":action{disable|enable}", "disable")
     .replace(/\/keys\/:id/, `/keys/${keyId}`).replace(":id", tenantId)
-    .replace(":month", new Date().toISOString().slice(0, 7));
+    .replace(":month", new Date().toISOString().slice(0, 7))
+    .replace(":format{csv|json}", "json");
 }
 
 const BODY: Record<string, unknown> = {
@@ -403,6 +420,10 @@ const BODY: Record<string, unknown> = {
   email: "evil@x.test",
   role: "tenant_admin",
   scopes: "chat",
+  grace: "0",
+  confirm: "1",
+  graceSeconds: 0,
+  retentionDays: 1,
 };
 
 Deno.test("authorization matrix: no route leaks or changes tenant B's data for A's admin, A's viewer or anonymous", async () => {
@@ -499,6 +520,7 @@ Deno.test("authorization matrix: the platform admin does see tenant B", async ()
       `/api/admin/v1/tenants/${w.tenantB.id}/budgets`,
       `/api/admin/v1/tenants/${w.tenantB.id}/alerts`,
       `/api/admin/v1/tenants/${w.tenantB.id}/webhooks/deliveries`,
+      `/api/admin/v1/tenants/${w.tenantB.id}/requests`,
     ]
   ) {
     const res = await w.app.request(path, { headers: h });
@@ -542,9 +564,9 @@ Deno.test("authorization matrix: tenant admins read their own retention and expo
       return r.status;
     });
   const bounds = {
-    defaults: { usage: 90, audit: 365, responses: 30, requestLog: 30 },
-    min: { usage: 1, audit: 30, responses: 1, requestLog: 1 },
-    max: { usage: 730, audit: 3650, responses: 365, requestLog: 365 },
+    defaults: { usage: 90, audit: 365, responses: 30 },
+    min: { usage: 1, audit: 30, responses: 1 },
+    max: { usage: 730, audit: 3650, responses: 365 },
     deletionGraceDays: 30,
   };
   const { adminA, viewerA, platform } = w.tokens;

@@ -47,7 +47,6 @@ Deno.test("tenant page: retention chosen within bounds, export downloaded, delet
       usage: "14",
       audit: "",
       responses: "3",
-      requestLog: "",
     });
     assert.equal(res.status, 303);
     assert.equal(res.headers.get("location"), `/tenants/${a}#retention`);

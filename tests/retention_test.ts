@@ -81,7 +81,6 @@ Deno.test("retention: each kind of a tenant's records is swept on its own schedu
       usage: 7,
       audit: 30,
       responses: 2,
-      requestLog: 30,
     });
     // what the writers use as expireIn now
     assert.equal(retentionMs(a, "usage"), 7 * DAY_MS);
@@ -137,9 +136,9 @@ Deno.test("retention: a tenant's choice outside the provider's bounds is a 400 n
     assert.equal(res.status, 200);
     assert.equal((await res.json()).periods.usage, 14);
     const bounds = {
-      defaults: { usage: 60, audit: 365, responses: 30, requestLog: 30 },
-      min: { usage: 1, audit: 30, responses: 1, requestLog: 1 },
-      max: { usage: 10, audit: 3650, responses: 365, requestLog: 365 },
+      defaults: { usage: 60, audit: 365, responses: 30 },
+      min: { usage: 1, audit: 30, responses: 1 },
+      max: { usage: 10, audit: 3650, responses: 365 },
       deletionGraceDays: 30,
     };
     res = await api(w, "PUT", "/settings/retention", w.tokens.platform, bounds);

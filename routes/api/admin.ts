@@ -9,7 +9,14 @@ import {
   getApiKey,
   listApiKeys,
   revokeApiKey,
+  rotateApiKey,
+  updateApiKey,
 } from "../../store/api_keys.ts";
+import {
+  listRequestLog,
+  parseLogTime,
+  parseRequestLogQuery,
+} from "../../store/request_log.ts";
 import { listAudit } from "../../store/audit.ts";
 import { UnauthorizedError } from "../../store/errors.ts";
 import { getTenantLimits, setTenantLimits } from "../../store/limits.ts";
@@ -142,6 +149,46 @@ export function createAdminApi(): Hono<AdminEnv> {
         await revokeApiKey(store(c), c.get("principal"), c.req.param("id")),
       ),
   );
+  api.patch(
+    "/keys/:id",
+    async (c) =>
+      c.json(
+        await updateApiKey(
+          store(c),
+          c.get("principal"),
+          c.req.param("id"),
+          await readJson(c),
+        ),
+      ),
+  );
+  api.post("/keys/:id/rotate", async (c) => {
+    const grace = (await readJson(c)).graceSeconds ?? 0;
+    if (typeof grace !== "number" || !Number.isInteger(grace)) {
+      throw new ValidationError(
+        "graceSeconds must be a whole number of seconds",
+        "graceSeconds",
+      );
+    }
+    const { key, apiKey } = await rotateApiKey(
+      store(c),
+      c.get("principal"),
+      c.req.param("id"),
+      grace * 1000,
+    );
+    c.header("cache-control", "no-store");
+    return c.json({ ...apiKey, key });
+  });
+  api.get("/tenants/:id/requests", async (c) => {
+    const t = await findTenant(store(c), c.get("principal"), c.req.param("id"));
+    return c.json(
+      await listRequestLog(
+        store(c),
+        c.get("principal"),
+        t.id,
+        parseRequestLogQuery(c.req.query()),
+      ),
+    );
+  });
   api.post("/invites", async (c) => {
     const { token, invite } = await createInvite(
       store(c),
@@ -159,6 +206,9 @@ export function createAdminApi(): Hono<AdminEnv> {
       await listAudit(store(c).kv, c.get("principal"), {
         tenantId: c.req.query("tenant")?.slice(0, 64),
         actorId: c.req.query("actor")?.slice(0, 64),
+        action: c.req.query("action")?.slice(0, 64),
+        from: parseLogTime(c.req.query("from"), "from"),
+        to: parseLogTime(c.req.query("to"), "to", true),
         cursor: c.req.query("cursor"),
         limit: limitParam(c.req.query("limit")),
       }),

@@ -171,9 +171,88 @@ export function openApiDocument() {
           schema: page("User"),
         }, { parameters: pageParams }),
       },
+      "/tenants/{id}/requests": {
+        parameters: [idParam("id", "Tenant id or slug")],
+        get: op(
+          "The request log, newest first (kept for the platform's retention, default 14 days); `partial`: the page stopped after reading its most values, `cursor` searches on",
+          {
+            status: "200",
+            schema: {
+              type: "object",
+              properties: {
+                items: { type: "array", items: ref("RequestLogEntry") },
+                cursor: { type: ["string", "null"] },
+                partial: { type: "boolean" },
+                searchedTo: { type: ["string", "null"] },
+              },
+            },
+          },
+          {
+            parameters: [
+              { name: "key", in: "query", schema: { type: "string" } },
+              {
+                name: "status",
+                in: "query",
+                schema: { enum: ["2xx", "4xx", "5xx"] },
+              },
+              { name: "model", in: "query", schema: { type: "string" } },
+              { name: "node", in: "query", schema: { type: "string" } },
+              {
+                name: "from",
+                in: "query",
+                schema: { type: "string" },
+                description: "ISO 8601, or YYYY-MM-DD[THH:MM] in UTC",
+              },
+              { name: "to", in: "query", schema: { type: "string" } },
+              ...pageParams,
+            ],
+          },
+        ),
+      },
+      "/keys/{id}/rotate": {
+        parameters: [idParam("id", "API key id")],
+        post: op(
+          "Rotate a key's secret: `key` (the new secret) is in this answer only; the previous secret works for `graceSeconds` more (0: stops at once)",
+          {
+            status: "200",
+            schema: {
+              allOf: [ref("ApiKey"), {
+                type: "object",
+                properties: { key: { type: "string" } },
+              }],
+            },
+          },
+          {
+            requestBody: json({
+              type: "object",
+              properties: {
+                graceSeconds: { type: "integer", minimum: 0, maximum: 2592000 },
+              },
+            }),
+          },
+        ),
+      },
       "/keys/{id}": {
         parameters: [idParam("id", "API key id")],
         get: op("Read an API key", { status: "200", schema: ref("ApiKey") }),
+        patch: op(
+          "Edit a key's name, scopes, models and own limits (within the tenant's)",
+          { status: "200", schema: ref("ApiKey") },
+          {
+            requestBody: json({
+              type: "object",
+              properties: {
+                name: { type: "string" },
+                scopes: {
+                  type: "array",
+                  items: { enum: ["chat", "embeddings", "models"] },
+                },
+                models: { type: ["array", "null"], items: { type: "string" } },
+                limits: { oneOf: [ref("Limits"), { type: "null" }] },
+              },
+            }),
+          },
+        ),
         delete: op("Revoke an API key (effective within a second)", {
           status: "200",
           schema: ref("ApiKey"),
@@ -223,6 +302,14 @@ export function openApiDocument() {
           parameters: [
             { name: "tenant", in: "query", schema: { type: "string" } },
             { name: "actor", in: "query", schema: { type: "string" } },
+            {
+              name: "action",
+              in: "query",
+              schema: { type: "string" },
+              description: "An action (key.rotate) or its prefix (key.)",
+            },
+            { name: "from", in: "query", schema: { type: "string" } },
+            { name: "to", in: "query", schema: { type: "string" } },
             ...pageParams,
           ],
         }),
@@ -537,6 +624,34 @@ export function openApiDocument() {
             revokedAt: { type: ["string", "null"] },
             createdAt: { type: "string" },
             lastUsedAt: { type: ["string", "null"] },
+            rotatedAt: { type: ["string", "null"] },
+            previousValidUntil: {
+              type: ["string", "null"],
+              description:
+                "After a rotation with a grace period: the previous secret works until then",
+            },
+          },
+        },
+        RequestLogEntry: {
+          type: "object",
+          description:
+            "One request (never prompt text or secrets); model is empty for a request refused before its model was known",
+          properties: {
+            id: { type: "string" },
+            at: { type: "string" },
+            requestId: { type: "string" },
+            keyId: { type: "string" },
+            model: { type: "string" },
+            nodeId: { type: ["string", "null"] },
+            endpoint: { type: "string" },
+            status: { type: "integer" },
+            outcome: { enum: ["ok", "error", "cancelled"] },
+            promptTokens: { type: "integer" },
+            completionTokens: { type: "integer" },
+            latencyMs: { type: "integer" },
+            ttftMs: { type: ["integer", "null"] },
+            errorCode: { type: ["string", "null"] },
+            errorType: { type: "string" },
           },
         },
         Node: {

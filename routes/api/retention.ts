@@ -109,7 +109,6 @@ const perKind = {
     usage: { type: "integer", minimum: 1 },
     audit: { type: "integer", minimum: 1 },
     responses: { type: "integer", minimum: 1 },
-    requestLog: { type: "integer", minimum: 1 },
   },
 };
 const body = (schema: unknown) => ({
