@@ -361,9 +361,21 @@ function limitsFromForm(
 }
 
 /** A plain GET of a form's address: the key page. */
+/** A plain GET of a key form's address: the key's page (a key gone: the tenant's keys). */
 async function toPage(c: C) {
-  const { tenant, key } = await load(c);
-  return c.redirect(`/tenants/${tenant.id}/keys/${key.id}`, 303);
+  const store = c.get("deps").store;
+  const tenant = await getTenant(
+    store,
+    c.get("principal")!,
+    c.req.param("id")!,
+  );
+  try {
+    const { key } = await load(c);
+    return c.redirect(`/tenants/${tenant.id}/keys/${key.id}`, 303);
+  } catch (e) {
+    if (!(e instanceof NotFoundError)) throw e;
+    return c.redirect(`/tenants/${tenant.id}#keys`, 303);
+  }
 }
 
 /** `/tenants/:id/keys/:keyId…` (mounted under `/tenants`). */

@@ -145,6 +145,9 @@ export const k = {
     value: string,
     valueId: string,
   ) => ["request_log_idx", tenantId, dim, value, valueId] as const,
+  /** Every request-log index entry of a tenant. */
+  requestLogTenantPrefix: (tenantId: string) =>
+    ["request_log_idx", tenantId] as const,
   requestLogIndexPrefix: (
     tenantId: string,
     dim: RequestLogDimension,

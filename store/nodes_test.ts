@@ -96,11 +96,13 @@ Deno.test("enrollNode() consumes the token with the node; a key enrolls once; he
   assert.deepEqual(await recordHeartbeat(store, node.id, hb), {
     drain: false,
     url: node.url,
+    placement: null,
   });
   await setNodeDrain(store, SYSTEM, node.id, true);
   assert.deepEqual(await recordHeartbeat(store, node.id, hb), {
     drain: true,
     url: node.url,
+    placement: null,
   });
   await assert.rejects(
     () => recordHeartbeat(store, "missing", hb),

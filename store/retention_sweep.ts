@@ -5,6 +5,7 @@
  * default, and, once their grace period has passed, every record of
  * deleted tenants. The clock is a parameter, so tests move time.
  */
+import { requestLogIndexSets } from "./request_log.ts";
 import type { AuditEntry } from "./audit.ts";
 import { k } from "./kv_keys.ts";
 import {
@@ -46,6 +47,10 @@ async function sweepTenant(
     const rs = Array.isArray(e.value) ? e.value : [e.value];
     if (rs.every((r) => r.at < usageCut)) {
       usageKeys.push(e.key);
+      // its request-log index entries go with it
+      for (const [key] of requestLogIndexSets(tenantId, String(e.key[2]), rs)) {
+        usageKeys.push(key);
+      }
       out.usage += rs.length;
     }
   }

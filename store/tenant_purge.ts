@@ -99,6 +99,9 @@ export async function purgeTenant(
   ) keys.push(...auditKeys(e.value));
   // usage: records, marks, the tenant's own rollups
   keys.push(...await keysUnder(kv, { prefix: k.usageRecordPrefix(tenantId) }));
+  keys.push(
+    ...await keysUnder(kv, { prefix: k.requestLogTenantPrefix(tenantId) }),
+  );
   keys.push(...await keysUnder(kv, { prefix: ["usage_mark", tenantId] }));
   for (const g of ["hour", "day"] as const) {
     keys.push(

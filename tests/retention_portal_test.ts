@@ -67,7 +67,10 @@ Deno.test("tenant page: retention chosen within bounds, export downloaded, delet
     const statement = await (await admin.get(
       `/tenants/${a}/statements/${new Date().toISOString().slice(0, 7)}`,
     )).text();
-    assert.match(statement, /usage records 14 days, audit entries 365 days/);
+    assert.match(
+      statement,
+      /usage records \(the request log\) 14 days, audit entries 365 days/,
+    );
 
     const viewer = client(w, await portalLogin(w, "a-viewer@example.com"));
     html = await (await viewer.get(`/tenants/${a}`)).text();
