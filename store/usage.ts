@@ -45,6 +45,15 @@ export interface UsageRecord {
    * by the engine (records written before this field are so read too).
    */
   usageBasis?: "counted" | "estimated";
+  /** How long it waited at the gateway for a node slot, ms (absent: not at all). */
+  queueMs?: number;
+  /** Its node's slot count when it was routed there (absent: not routed). */
+  slots?: number;
+  /**
+   * Refused for lack of capacity (503 `server_busy`): every slot busy and
+   * the queue full, or its wait for a slot timed out.
+   */
+  refused?: "queue_full" | "queue_timeout";
 }
 
 /** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */
@@ -92,7 +101,7 @@ export const RECORDS_PER_VALUE = 48;
  * `lat_<i>` / `ttft_<i>` (count in LATENCY_BUCKETS_MS bucket i; ttft count
  * is their sum). Month groups: tenant `requests`, `tokens`, `errors`;
  * tenant_model `requests`, `prompt`, `completion`; node and node_tenant
- * `busy_ms`.
+ * `busy_ms`. Capacity groups are packed instead (store/capacity_rollup.ts).
  */
 export type RollupFields = Record<string, number>;
 
