@@ -35,6 +35,7 @@ import { tenantRoutes } from "./routes/tenants.tsx";
 import { settingsRoutes } from "./routes/settings.tsx";
 import { statementRoutes } from "./routes/statements.tsx";
 import { usageRoutes } from "./routes/usage.tsx";
+import { capacityRoutes } from "./routes/capacity.tsx";
 
 /** Extra pieces mounted next to the portal and admin API. */
 export interface OrchardExtras {
@@ -129,6 +130,7 @@ export function createOrchardApp(
   signedIn.route("/tenants", statementRoutes);
   signedIn.route("/audit", auditRoutes);
   signedIn.route("/usage", usageRoutes);
+  signedIn.route("/capacity", capacityRoutes);
   signedIn.route("/settings", settingsRoutes);
   signedIn.route("/admin-tokens", adminTokenRoutes);
   signedIn.route("/users", userRoutes);

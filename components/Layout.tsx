@@ -26,6 +26,7 @@ function navFor(p: Principal): [string, string][] {
     return [
       ["/tenants", "Tenants"],
       ["/usage", "Usage & cost"],
+      ["/capacity", "Capacity"],
       ["/alerts", "Alerts"],
       ["/nodes", "Nodes"],
       ["/mesh", "RDMA mesh"],

@@ -23,6 +23,8 @@ import { createInvite, listUsers } from "../../store/users.ts";
 import { getPricing, setPricing } from "../../store/pricing.ts";
 import { isPlatform, requirePlatform } from "../../store/principal.ts";
 import { buildStatement, statementCsv } from "../../store/statements.ts";
+import { capacityReport } from "../../store/capacity.ts";
+import { capacityCsv } from "../../store/capacity_csv.ts";
 import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
 import { ValidationError } from "../../store/errors.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
@@ -203,6 +205,20 @@ export function createAdminApi(): Hono<AdminEnv> {
       "content-type": "text/csv; charset=utf-8",
       "content-disposition":
         `attachment; filename="statement-${tenant.slug}-${s.month}.csv"`,
+    });
+  });
+  api.get("/capacity", async (c) => {
+    const format = c.req.query("format") ?? "json";
+    if (format !== "json" && format !== "csv") {
+      throw new ValidationError("format: must be csv or json", "format");
+    }
+    const r = await capacityReport(store(c), c.get("principal"));
+    if (format === "json") return c.json(r);
+    return c.body(capacityCsv(r), 200, {
+      "content-type": "text/csv; charset=utf-8",
+      "content-disposition": `attachment; filename="capacity-${
+        r.generatedAt.slice(0, 10)
+      }.csv"`,
     });
   });
   api.get("/settings/pricing", async (c) => {

@@ -1,0 +1,458 @@
+/**
+ * `/capacity` (platform admins): how busy the cluster and each node were
+ * over the last 4 weeks (heatmaps by day of week and hour, hourly lines),
+ * queue time and refusals, tokens/s against each node's measured peak,
+ * the forecast of when the weekday peak reaches 90%, and the cost per 1M
+ * tokens delivered per model; `/capacity/export.csv` and `.json`. Reads
+ * the capacity rollups only (store/capacity.ts).
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { fmtInt, Stats } from "../components/dashboard.tsx";
+import { fmtMoney } from "../components/budgets.tsx";
+import { Island } from "../components/Island.tsx";
+import { Alert, Card, fmtTime, Table } from "../components/ui.tsx";
+import CapacityHeatmap, {
+  type CapacityHeatmapProps,
+} from "../islands/CapacityHeatmap.tsx";
+import UsageChart, { type UsageChartProps } from "../islands/UsageChart.tsx";
+import {
+  type CapacityReport,
+  capacityReport,
+  type SubjectCapacity,
+} from "../store/capacity.ts";
+import { capacityCsv } from "../store/capacity_csv.ts";
+import { MIN_GROWTH, MIN_WEEKS } from "../store/capacity_forecast.ts";
+import { NotFoundError } from "../store/errors.ts";
+import { formatMoney } from "../store/money.ts";
+import type { PortalEnv } from "./_env.ts";
+import { page } from "./_page.tsx";
+
+type C = Context<PortalEnv>;
+
+const DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const HOURS = Array.from({ length: 24 }, (_, h) => String(h).padStart(2, "0"));
+
+/** A share as a percent ("12.3%"); "—" when unknown. */
+export function fmtShare(v: number | null | undefined, digits = 1): string {
+  return v === null || v === undefined || !Number.isFinite(v)
+    ? "—"
+    : `${(v * 100).toFixed(digits)}%`;
+}
+
+/** Tokens per second with two decimals. */
+function fmtTps(v: number | null | undefined): string {
+  return v === null || v === undefined ? "—" : v.toFixed(2);
+}
+
+/** A mean wait in ms. */
+function fmtWait(ms: number | null): string {
+  if (ms === null) return "—";
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+function round(v: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(v * f) / f;
+}
+
+function heatmaps(s: SubjectCapacity): CapacityHeatmapProps[] {
+  const peak = s.peakTokensPerSecond?.value ?? 0;
+  const grid = (g: (number | null)[][], digits: number) =>
+    g.map((row) => row.map((v) => v === null ? null : round(v, digits)));
+  const maxQueue = Math.max(
+    1,
+    ...s.heatmap.queueMs.flat().map((v) => v ?? 0),
+  );
+  return [{
+    id: "heat-busy",
+    title: "Busy share of slots by day and hour (UTC)",
+    rows: DAYS,
+    columns: HOURS,
+    values: grid(s.heatmap.busy, 4),
+    max: 1,
+    format: "percent",
+  }, {
+    id: "heat-tps",
+    title: `Tokens/s delivered by day and hour (darkest: the measured peak, ${
+      fmtTps(peak)
+    })`,
+    rows: DAYS,
+    columns: HOURS,
+    values: grid(s.heatmap.tokensPerSecond, 3),
+    max: peak,
+    format: "number",
+    unit: "tokens/s",
+  }, {
+    id: "heat-queue",
+    title: "Mean wait for a slot by day and hour (ms)",
+    rows: DAYS,
+    columns: HOURS,
+    values: grid(s.heatmap.queueMs, 1),
+    max: maxQueue,
+    format: "number",
+    unit: "ms",
+  }];
+}
+
+function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
+  const from = Date.parse(r.window.from);
+  const labels = s.series.busy.map((_, h) => {
+    const iso = new Date(from + h * 3_600_000).toISOString();
+    return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
+  });
+  const peak = s.peakTokensPerSecond?.value ?? 0;
+  const out: UsageChartProps[] = [{
+    id: "chart-busy",
+    title: "Busy share and tokens/s delivered per hour",
+    labels,
+    leftTitle: "busy %",
+    rightTitle: "tokens/s",
+    datasets: [
+      {
+        label: "Busy share (%)",
+        data: s.series.busy.map((v) => round((v ?? 0) * 100, 1)),
+        type: "line",
+        color: "#2f6f4f",
+      },
+      {
+        label: "Tokens/s delivered",
+        data: s.series.tokensPerSecond.map((v) => round(v, 2)),
+        type: "line",
+        color: "#3b6fb6",
+        right: true,
+      },
+      {
+        label: "Measured peak tokens/s",
+        data: s.series.tokensPerSecond.map(() => round(peak, 2)),
+        type: "line",
+        color: "#9a6700",
+        right: true,
+      },
+    ],
+  }];
+  out.push({
+    id: "chart-queue",
+    title: s.id === "*"
+      ? "Mean wait for a slot and requests refused for lack of capacity, per hour"
+      : "Mean wait for a slot per hour",
+    labels,
+    leftTitle: "ms",
+    ...(s.id === "*" ? { rightTitle: "refused" } : {}),
+    datasets: [
+      {
+        label: "Mean wait (ms)",
+        data: s.series.queueMs.map((v) => round(v ?? 0, 1)),
+        type: "line",
+        color: "#2f6f4f",
+      },
+      ...(s.id === "*"
+        ? [{
+          label: "Refused (503 no capacity)",
+          data: r.cluster.refusedSeries,
+          type: "bar" as const,
+          color: "#b3261e",
+          right: true,
+        }]
+        : []),
+    ],
+  });
+  return out;
+}
+
+function NodesTable(props: { r: CapacityReport; selected: string }) {
+  return (
+    <Table
+      head={[
+        "Node",
+        "Slots",
+        "Busy share",
+        "Busiest hour",
+        "Tokens/s",
+        "Measured peak",
+        "Delivered vs peak",
+        "Mean wait",
+        "Requests",
+      ]}
+      rows={props.r.nodes.length}
+      empty="No node was enrolled in the last 4 weeks."
+    >
+      {props.r.nodes.map((n) => (
+        <tr
+          key={n.id}
+          data-node={n.id}
+          class={n.id === props.selected ? "hot" : undefined}
+        >
+          <td>
+            <a href={`/capacity?node=${encodeURIComponent(n.id)}#charts`}>
+              {n.name}
+            </a>
+          </td>
+          <td>{n.slots ?? "—"}</td>
+          <td data-testid="busy">{fmtShare(n.busyShare)}</td>
+          <td>
+            {n.peakBusy
+              ? `${fmtShare(n.peakBusy.share)} at ${fmtTime(n.peakBusy.at)}`
+              : "—"}
+          </td>
+          <td>{fmtTps(n.tokensPerSecond)}</td>
+          <td data-testid="peak">
+            {n.peakTokensPerSecond
+              ? `${fmtTps(n.peakTokensPerSecond.value)} at ${
+                fmtTime(n.peakTokensPerSecond.at)
+              }`
+              : "—"}
+          </td>
+          <td>{fmtShare(n.deliveredVsPeak)}</td>
+          <td>{fmtWait(n.queueMs)}</td>
+          <td>{fmtInt(n.requests)}</td>
+        </tr>
+      ))}
+    </Table>
+  );
+}
+
+function CostTable(props: { r: CapacityReport }) {
+  const c = props.r.cost;
+  const per1M = (v: number | null) =>
+    v === null ? "—" : `${formatMoney(v, 4)} ${c.currency}`;
+  return (
+    <Table
+      head={[
+        "Model",
+        "Requests",
+        "Tokens",
+        "Node-hours",
+        "Share",
+        "Cost",
+        "Per 1M tokens",
+        "Per 1M, busy time only",
+      ]}
+      rows={c.models.length}
+      empty="No tokens were delivered in the last 4 weeks."
+    >
+      {c.models.map((m) => (
+        <tr key={m.model} data-model={m.model}>
+          <td class="mono">{m.model}</td>
+          <td>{fmtInt(m.requests)}</td>
+          <td>{fmtInt(m.promptTokens + m.completionTokens)}</td>
+          <td>{m.slotHours.toFixed(2)}</td>
+          <td>{fmtShare(m.share)}</td>
+          <td class="mono">{fmtMoney(m.costMicro, c.currency)}</td>
+          <td class="mono" data-testid="per1m">{per1M(m.per1MMicro)}</td>
+          <td class="mono">{per1M(m.busyPer1MMicro)}</td>
+        </tr>
+      ))}
+    </Table>
+  );
+}
+
+function Method(props: { r: CapacityReport }) {
+  return (
+    <details id="method">
+      <summary>How these figures are made</summary>
+      <ul>
+        <li>
+          <b>Window</b>: the {props.r.window.days}{" "}
+          days up to now (UTC days, today included); hours, days of week and
+          weeks are UTC.
+        </li>
+        <li>
+          <b>Busy share</b>: the slot-time requests held (each request's time on
+          the node, its latency less its wait for a slot, divided by the node's
+          slots) over the time the node was enrolled, at most 100%; requests
+          count in the hour they began. The cluster's: all nodes' slot-time over
+          all their enrolled time.
+        </li>
+        <li>
+          <b>Measured peak</b>: the highest tokens/s (completion tokens per
+          second) a node, or the cluster, delivered in any whole hour of the
+          window: what it has shown it can do. A node never busy for long has a
+          higher real peak; read it with the busy share of that hour.
+        </li>
+        <li>
+          <b>Wait and refusals</b>: the mean time requests waited at the gateway
+          for a free node slot; refused: answered 503 <code>server_busy</code>
+          {" "}
+          because every slot was busy and the queue was full, or the wait timed
+          out.
+        </li>
+        <li>
+          <b>Forecast</b>: each week's weekday peak (the busiest whole hour,
+          Monday to Friday) is a point; a least-squares line through the weeks
+          gives the growth per week, and the date is where it reaches{" "}
+          {fmtShare(props.r.threshold, 0)}. Fewer than {MIN_WEEKS}{" "}
+          weeks with capacity, or growth under {fmtShare(MIN_GROWTH)}{" "}
+          a week, give no date.
+        </li>
+        <li>
+          <b>Cost per 1M tokens</b>: the cluster's cost over the window from the
+          cost model in Settings (hardware amortised per enrolled hour as
+          statements do, busy power for busy node-hours, idle power for the
+          rest), shared out by each model's node-hours, divided by its prompt
+          and completion tokens. "Busy time only" leaves out idle capacity, as
+          statements charge tenants.
+        </li>
+      </ul>
+    </details>
+  );
+}
+
+async function view(c: C) {
+  const r = await capacityReport(c.get("deps").store, c.get("principal")!);
+  const nodeId = c.req.query("node")?.slice(0, 200) ?? "";
+  const subject = nodeId ? r.nodes.find((n) => n.id === nodeId) : r.cluster;
+  if (!subject) {
+    throw new NotFoundError("No such node in the last 4 weeks");
+  }
+  const cl = r.cluster;
+  const tone = r.forecast.kind === "reached"
+    ? "error"
+    : r.forecast.kind === "date"
+    ? "warn"
+    : "ok";
+  return page(
+    c,
+    "Capacity",
+    "/capacity",
+    <>
+      <h1>Capacity</h1>
+      <p class="sub">
+        The whole cluster and each node, {fmtTime(r.window.from)} –{" "}
+        {fmtTime(r.window.to)} · <a href="#method">how it is measured</a>
+      </p>
+      <Alert tone={tone}>
+        <span data-testid="forecast">{r.forecastText}</span>
+      </Alert>
+      <Stats
+        items={[
+          ["Nodes", fmtInt(cl.nodes)],
+          [
+            "Busy share",
+            <span key="b" data-testid="cluster-busy">
+              {fmtShare(cl.busyShare)}
+            </span>,
+          ],
+          [
+            "Busiest hour",
+            cl.peakBusy ? fmtShare(cl.peakBusy.share) : "—",
+          ],
+          [
+            "Tokens/s vs peak",
+            <span key="t" data-testid="cluster-tps">
+              {fmtTps(cl.tokensPerSecond)} / {fmtTps(
+                cl.peakTokensPerSecond?.value,
+              )}
+            </span>,
+          ],
+          ["Mean wait", fmtWait(cl.queueMs)],
+          [
+            "Refused (no capacity)",
+            <span key="r" data-testid="refused">{fmtInt(cl.refused)}</span>,
+          ],
+          ["Requests", fmtInt(cl.requests)],
+        ]}
+      />
+      <Card title="Nodes" id="nodes">
+        <NodesTable r={r} selected={subject.id} />
+      </Card>
+      <Card id="charts">
+        <form method="get" action="/capacity#charts" class="row">
+          <div class="field">
+            <label for="cap-node">Show</label>
+            <select id="cap-node" name="node">
+              <option value="" selected={subject.id === "*"}>
+                The whole cluster
+              </option>
+              {r.nodes.map((n) => (
+                <option key={n.id} value={n.id} selected={n.id === subject.id}>
+                  {n.name}
+                </option>
+              ))}
+            </select>
+          </div>
+          <div class="field" style="flex:0">
+            <button type="submit" class="primary">Show</button>
+          </div>
+        </form>
+        <h2 data-testid="subject">{subject.name}</h2>
+        <div class="grid2">
+          {heatmaps(subject).map((h) => (
+            <Island
+              key={h.id}
+              name="CapacityHeatmap"
+              component={CapacityHeatmap}
+              props={h}
+            />
+          ))}
+        </div>
+      </Card>
+      {lines(r, subject).map((ch) => (
+        <Card key={ch.id}>
+          <Island name="UsageChart" component={UsageChart} props={ch} />
+        </Card>
+      ))}
+      <div class="grid2">
+        <Card title="Weekday peak by week" id="weeks">
+          <Table head={["Week (UTC)", "Weekday peak"]} rows={r.weeks.length}>
+            {r.weeks.map((w) => (
+              <tr key={w.from}>
+                <td>{w.from.slice(0, 10)} – {w.to.slice(0, 10)}</td>
+                <td>{fmtShare(w.weekdayPeak)}</td>
+              </tr>
+            ))}
+          </Table>
+        </Card>
+        <Card title="Export" id="export">
+          <p class="muted">
+            The hourly figures of the cluster and each node for your own
+            planning; the JSON has everything on this page.
+          </p>
+          <p class="row">
+            <a class="btn small" href="/capacity/export.csv">CSV</a>
+            <a class="btn small" href="/capacity/export.json">JSON</a>
+          </p>
+        </Card>
+      </div>
+      <Card title="Cost per 1M tokens delivered" id="cost">
+        <p class="muted">
+          The cluster cost {fmtMoney(r.cost.totalMicro, r.cost.currency)}{" "}
+          over the window (hardware {fmtMoney(
+            r.cost.hardwareMicro,
+            r.cost.currency,
+          )}, energy{" "}
+          {fmtMoney(r.cost.energyMicro, r.cost.currency)}; busy node-hours{" "}
+          {fmtMoney(r.cost.busyMicro, r.cost.currency)}), shared by each model's
+          node-hours. {r.cost.notes.join(" ")}
+        </p>
+        <CostTable r={r} />
+      </Card>
+      <Card>
+        <Method r={r} />
+      </Card>
+    </>,
+  );
+}
+
+/** `/capacity`, and its exports. */
+export const capacityRoutes = new Hono<PortalEnv>()
+  .get("/", (c) => view(c))
+  .get("/export.csv", async (c) => {
+    const r = await capacityReport(c.get("deps").store, c.get("principal")!);
+    return c.body(capacityCsv(r), 200, {
+      "content-type": "text/csv; charset=utf-8",
+      "content-disposition": `attachment; filename="capacity-${
+        r.generatedAt.slice(0, 10)
+      }.csv"`,
+      "cache-control": "no-store",
+    });
+  })
+  .get("/export.json", async (c) => {
+    const r = await capacityReport(c.get("deps").store, c.get("principal")!);
+    return c.json(r, 200, {
+      "content-disposition": `attachment; filename="capacity-${
+        r.generatedAt.slice(0, 10)
+      }.json"`,
+      "cache-control": "no-store",
+    });
+  });
