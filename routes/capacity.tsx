@@ -56,7 +56,7 @@ function round(v: number, digits: number): number {
   return Math.round(v * f) / f;
 }
 
-function heatmaps(s: SubjectCapacity): CapacityHeatmapProps[] {
+function heatmap(s: SubjectCapacity): CapacityHeatmapProps {
   const peak = s.peakTokensPerSecond?.value ?? 0;
   const grid = (g: (number | null)[][], digits: number) =>
     g.map((row) => row.map((v) => v === null ? null : round(v, digits)));
@@ -64,35 +64,33 @@ function heatmaps(s: SubjectCapacity): CapacityHeatmapProps[] {
     1,
     ...s.heatmap.queueMs.flat().map((v) => v ?? 0),
   );
-  return [{
+  return {
     id: "heat-busy",
-    title: "Busy share of slots by day and hour (UTC)",
+    title: "By day of week and hour (UTC)",
     rows: DAYS,
     columns: HOURS,
-    values: grid(s.heatmap.busy, 4),
-    max: 1,
-    format: "percent",
-  }, {
-    id: "heat-tps",
-    title: `Tokens/s delivered by day and hour (darkest: the measured peak, ${
-      fmtTps(peak)
-    })`,
-    rows: DAYS,
-    columns: HOURS,
-    values: grid(s.heatmap.tokensPerSecond, 3),
-    max: peak,
-    format: "number",
-    unit: "tokens/s",
-  }, {
-    id: "heat-queue",
-    title: "Mean wait for a slot by day and hour (ms)",
-    rows: DAYS,
-    columns: HOURS,
-    values: grid(s.heatmap.queueMs, 1),
-    max: maxQueue,
-    format: "number",
-    unit: "ms",
-  }];
+    metrics: [{
+      key: "busy",
+      label: "busy share of slots",
+      values: grid(s.heatmap.busy, 4),
+      max: 1,
+      format: "percent",
+    }, {
+      key: "tps",
+      label: `tokens/s delivered (darkest: the measured peak, ${fmtTps(peak)})`,
+      values: grid(s.heatmap.tokensPerSecond, 3),
+      max: peak,
+      format: "number",
+      unit: "tokens/s",
+    }, {
+      key: "queue",
+      label: "mean wait for a slot",
+      values: grid(s.heatmap.queueMs, 1),
+      max: maxQueue,
+      format: "number",
+      unit: "ms",
+    }],
+  };
 }
 
 function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
@@ -150,7 +148,7 @@ function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
         ? [{
           label: "Refused (503 no capacity)",
           data: r.cluster.refusedSeries,
-          type: "bar" as const,
+          type: "line" as const,
           color: "#b3261e",
           right: true,
         }]
@@ -160,55 +158,62 @@ function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
   return out;
 }
 
+/** An hour as "11-20 13:00" (UTC, as the page's heading says). */
+function fmtHour(iso: string): string {
+  return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
+}
+
 function NodesTable(props: { r: CapacityReport; selected: string }) {
   return (
-    <Table
-      head={[
-        "Node",
-        "Slots",
-        "Busy share",
-        "Busiest hour",
-        "Tokens/s",
-        "Measured peak",
-        "Delivered vs peak",
-        "Mean wait",
-        "Requests",
-      ]}
-      rows={props.r.nodes.length}
-      empty="No node was enrolled in the last 4 weeks."
-    >
-      {props.r.nodes.map((n) => (
-        <tr
-          key={n.id}
-          data-node={n.id}
-          class={n.id === props.selected ? "hot" : undefined}
-        >
-          <td>
-            <a href={`/capacity?node=${encodeURIComponent(n.id)}#charts`}>
-              {n.name}
-            </a>
-          </td>
-          <td>{n.slots ?? "—"}</td>
-          <td data-testid="busy">{fmtShare(n.busyShare)}</td>
-          <td>
-            {n.peakBusy
-              ? `${fmtShare(n.peakBusy.share)} at ${fmtTime(n.peakBusy.at)}`
-              : "—"}
-          </td>
-          <td>{fmtTps(n.tokensPerSecond)}</td>
-          <td data-testid="peak">
-            {n.peakTokensPerSecond
-              ? `${fmtTps(n.peakTokensPerSecond.value)} at ${
-                fmtTime(n.peakTokensPerSecond.at)
-              }`
-              : "—"}
-          </td>
-          <td>{fmtShare(n.deliveredVsPeak)}</td>
-          <td>{fmtWait(n.queueMs)}</td>
-          <td>{fmtInt(n.requests)}</td>
-        </tr>
-      ))}
-    </Table>
+    <div class="roomy capacity-table">
+      <Table
+        head={[
+          "Node",
+          "Slots",
+          "Busy share",
+          "Busiest hour",
+          "Tokens/s",
+          "Measured peak",
+          "Delivered vs peak",
+          "Mean wait",
+          "Requests",
+        ]}
+        rows={props.r.nodes.length}
+        empty="No node was enrolled in the last 4 weeks."
+      >
+        {props.r.nodes.map((n) => (
+          <tr
+            key={n.id}
+            data-node={n.id}
+            class={n.id === props.selected ? "hot" : undefined}
+          >
+            <td>
+              <a href={`/capacity?node=${encodeURIComponent(n.id)}#charts`}>
+                {n.name}
+              </a>
+            </td>
+            <td>{n.slots ?? "—"}</td>
+            <td data-testid="busy">{fmtShare(n.busyShare)}</td>
+            <td>
+              {n.peakBusy
+                ? `${fmtShare(n.peakBusy.share)} at ${fmtHour(n.peakBusy.at)}`
+                : "—"}
+            </td>
+            <td>{fmtTps(n.tokensPerSecond)}</td>
+            <td data-testid="peak">
+              {n.peakTokensPerSecond
+                ? `${fmtTps(n.peakTokensPerSecond.value)} at ${
+                  fmtHour(n.peakTokensPerSecond.at)
+                }`
+                : "—"}
+            </td>
+            <td>{fmtShare(n.deliveredVsPeak)}</td>
+            <td>{fmtWait(n.queueMs)}</td>
+            <td>{fmtInt(n.requests)}</td>
+          </tr>
+        ))}
+      </Table>
+    </div>
   );
 }
 
@@ -217,33 +222,35 @@ function CostTable(props: { r: CapacityReport }) {
   const per1M = (v: number | null) =>
     v === null ? "—" : `${formatMoney(v, 4)} ${c.currency}`;
   return (
-    <Table
-      head={[
-        "Model",
-        "Requests",
-        "Tokens",
-        "Node-hours",
-        "Share",
-        "Cost",
-        "Per 1M tokens",
-        "Per 1M, busy time only",
-      ]}
-      rows={c.models.length}
-      empty="No tokens were delivered in the last 4 weeks."
-    >
-      {c.models.map((m) => (
-        <tr key={m.model} data-model={m.model}>
-          <td class="mono">{m.model}</td>
-          <td>{fmtInt(m.requests)}</td>
-          <td>{fmtInt(m.promptTokens + m.completionTokens)}</td>
-          <td>{m.slotHours.toFixed(2)}</td>
-          <td>{fmtShare(m.share)}</td>
-          <td class="mono">{fmtMoney(m.costMicro, c.currency)}</td>
-          <td class="mono" data-testid="per1m">{per1M(m.per1MMicro)}</td>
-          <td class="mono">{per1M(m.busyPer1MMicro)}</td>
-        </tr>
-      ))}
-    </Table>
+    <div class="roomy capacity-table">
+      <Table
+        head={[
+          "Model",
+          "Requests",
+          "Tokens",
+          "Node-hours",
+          "Share",
+          "Cost",
+          "Per 1M tokens",
+          "Per 1M, busy time only",
+        ]}
+        rows={c.models.length}
+        empty="No tokens were delivered in the last 4 weeks."
+      >
+        {c.models.map((m) => (
+          <tr key={m.model} data-model={m.model}>
+            <td class="mono">{m.model}</td>
+            <td>{fmtInt(m.requests)}</td>
+            <td>{fmtInt(m.promptTokens + m.completionTokens)}</td>
+            <td>{m.slotHours.toFixed(2)}</td>
+            <td>{fmtShare(m.share)}</td>
+            <td class="mono">{fmtMoney(m.costMicro, c.currency)}</td>
+            <td class="mono" data-testid="per1m">{per1M(m.per1MMicro)}</td>
+            <td class="mono">{per1M(m.busyPer1MMicro)}</td>
+          </tr>
+        ))}
+      </Table>
+    </div>
   );
 }
 
@@ -376,16 +383,11 @@ async function view(c: C) {
           </div>
         </form>
         <h2 data-testid="subject">{subject.name}</h2>
-        <div class="grid2">
-          {heatmaps(subject).map((h) => (
-            <Island
-              key={h.id}
-              name="CapacityHeatmap"
-              component={CapacityHeatmap}
-              props={h}
-            />
-          ))}
-        </div>
+        <Island
+          name="CapacityHeatmap"
+          component={CapacityHeatmap}
+          props={heatmap(subject)}
+        />
       </Card>
       {lines(r, subject).map((ch) => (
         <Card key={ch.id}>
