@@ -10,7 +10,8 @@
  *   which record (sequence number) this writer's records of the tenant are
  *   in KV. So the tenant, key and model views and the month's statement
  *   always hold the same requests. Groups shared by tenants (per model and
- *   overall, per node) are written on their own schedule.
+ *   overall, per node, and the capacity groups of store/capacity_rollup.ts)
+ *   are written on their own schedule.
  * - **Idempotent values.** A group is ONE value per writer, its absolute
  *   totals (and `_seq`, the last record in them) under a shard id unique
  *   forever (`<writer>.<n>`): a blind `set`, never contended by other
