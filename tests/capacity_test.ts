@@ -16,7 +16,7 @@ import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
 import { listUsageRecords, type UsageRecord } from "../store/usage.ts";
-import { writeUsage } from "../store/usage_rollups.ts";
+import { UsageRollups, writeUsage } from "../store/usage_rollups.ts";
 import { api, createWorld, portalLogin } from "./_helpers.ts";
 import { startFakeUpstream, until } from "./_fleet.ts";
 
@@ -277,6 +277,53 @@ Deno.test("capacityReport() says not enough data on an empty cluster, and counts
   assert.equal(r.nodes[0]!.slots, null);
   assert.equal(r.nodes[0]!.capacityHours, 25);
   assert.equal(r.nodes[0]!.peakBusy!.share, 0.25);
+  kv.close();
+});
+
+Deno.test("capacity rollups replayed from a journal count each record once: after a crash part way, and again after all of it landed", async () => {
+  const records = [0, 1, 2, 3, 4, 5].map((i) =>
+    rec(BUSY_HOUR + i * 60_000, {
+      model: i % 2 ? "m1" : "m2",
+      nodeId: i < 5 ? "node-a" : null,
+      slots: i < 5 ? 2 : undefined,
+      latencyMs: 600_000,
+      queueMs: i === 1 ? 60_000 : undefined,
+      completionTokens: 360,
+      ...(i === 5 ? { status: 503, refused: "queue_full" as const } : {}),
+    })
+  );
+  const entries = records.map((record, i) => ({ seq: i + 1, record }));
+  const figures = async (store: Store) => {
+    const r = await capacityReport(store, SYSTEM, NOW);
+    const h = (BUSY_HOUR - FROM) / HOUR;
+    return {
+      busy: r.nodes[0]?.series.busy[h],
+      tps: r.nodes[0]?.series.tokensPerSecond[h],
+      queue: r.nodes[0]?.series.queueMs[h],
+      refused: r.cluster.refused,
+      routed: r.cluster.routed,
+      models: r.cost.models.map((m) => [m.model, m.requests, m.slotHours]),
+    };
+  };
+  const want = {
+    // each request's time on the node over 2 slots; one waited 60 s of its 600
+    busy: (4 * 300_000 + 270_000) / HOUR,
+    tps: 5 * 360 / 3600,
+    queue: 12_000,
+    refused: 1,
+    routed: 6,
+    models: [["m2", 3, 900_000 / HOUR], ["m1", 2, 570_000 / HOUR]],
+  };
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  await seedNode(store, "node-a", "mac-a", Date.UTC(2026, 0, 1), 2);
+  // a writer that crashed after writing its first 3 records' groups
+  const first = new UsageRollups({ writer: "w1" });
+  await first.write(store, records.slice(0, 3));
+  assert.equal(await UsageRollups.replay(store, "w1", entries), 3);
+  assert.deepEqual(await figures(store), want);
+  assert.equal(await UsageRollups.replay(store, "w1", entries), 0);
+  assert.deepEqual(await figures(store), want, "nothing added twice");
   kv.close();
 });
 
