@@ -32,6 +32,7 @@ import {
   forecastCapacity,
   forecastSentence,
 } from "./capacity_forecast.ts";
+import { type CapacityCost, capacityCost } from "./capacity_cost.ts";
 import { k } from "./kv_keys.ts";
 import type { NodeRecord, NodeStatus } from "./nodes.ts";
 import { getPricing, type Pricing } from "./pricing.ts";
@@ -40,6 +41,7 @@ import type { Store } from "./store.ts";
 
 /** Days in the window (4 weeks, today included). */
 export const WINDOW_DAYS = 28;
+export type { CapacityCost, ModelCost } from "./capacity_cost.ts";
 /** The share of capacity the forecast looks for. */
 export const FORECAST_THRESHOLD = 0.9;
 
@@ -110,24 +112,6 @@ export interface ClusterCapacity extends SubjectCapacity {
   refusedSeries: number[];
 }
 
-/** One model's cost per 1M tokens delivered. */
-export interface ModelCost {
-  model: string;
-  requests: number;
-  promptTokens: number;
-  completionTokens: number;
-  /** Node-hours its requests held (slot-time). */
-  slotHours: number;
-  /** Its share of all models' slot-time. */
-  share: number;
-  /** Its part of the cluster's cost, micro-units. */
-  costMicro: number;
-  /** Per 1M prompt + completion tokens, micro-units (null: no tokens). */
-  per1MMicro: number | null;
-  /** The same counting only busy node-hours (no idle capacity). */
-  busyPer1MMicro: number | null;
-}
-
 /** The capacity report. */
 export interface CapacityReport {
   window: { from: string; to: string; days: number; hours: number };
@@ -139,16 +123,7 @@ export interface CapacityReport {
   threshold: number;
   forecast: CapacityForecast;
   forecastText: string;
-  cost: {
-    currency: string;
-    totalMicro: number;
-    hardwareMicro: number;
-    energyMicro: number;
-    /** The cost of busy node-hours only. */
-    busyMicro: number;
-    models: ModelCost[];
-    notes: string[];
-  };
+  cost: CapacityCost;
 }
 
 /** What the rollups hold for the window, as arrays by hour. */
@@ -471,7 +446,7 @@ function buildReport(
     threshold: FORECAST_THRESHOLD,
     forecast,
     forecastText: forecastSentence(forecast, FORECAST_THRESHOLD),
-    cost: costOf(pricing, inputs, sums.models, from),
+    cost: capacityCost(pricing, inputs, sums.models, from),
   };
 }
 
@@ -504,70 +479,4 @@ function weeklyPeaks(
     });
   }
   return out;
-}
-
-/** Hours in the UTC month of `t` (statements amortise hardware per hour of the month). */
-function monthHours(t: number): number {
-  const d = new Date(t);
-  return (Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) -
-    Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1)) / HOUR;
-}
-
-/** The cluster's cost over the window and each model's part of it. */
-function costOf(
-  pricing: Pricing,
-  inputs: SubjectInput[],
-  models: Map<string, Float64Array>,
-  from: number,
-): CapacityReport["cost"] {
-  const c = pricing.cluster;
-  let hardware = 0, energy = 0, busyCost = 0;
-  for (const s of inputs) {
-    for (let h = 0; h < s.cap.length; h++) {
-      const cap = s.cap[h]!;
-      if (cap <= 0) continue;
-      const hw = c.hardwarePricePerNode / c.amortisationMonths /
-        monthHours(from + h * HOUR); // per node-hour
-      const busyH = Math.min(s.slot[h]!, cap) / HOUR;
-      const idleH = cap / HOUR - busyH;
-      hardware += hw * (cap / HOUR);
-      const busyEnergy = busyH * c.busyWatts / 1000 * c.tariffPerKwh;
-      energy += busyEnergy + idleH * c.idleWatts / 1000 * c.tariffPerKwh;
-      busyCost += hw * busyH + busyEnergy;
-    }
-  }
-  const totalMicro = hardware + energy;
-  let allSlot = 0;
-  for (const m of models.values()) allSlot += m[3] ?? 0;
-  const rows: ModelCost[] = [...models].map(([model, m]) => {
-    const tokens = m[1]! + m[2]!;
-    const share = allSlot > 0 ? (m[3] ?? 0) / allSlot : 0;
-    const cost = totalMicro * share;
-    return {
-      model,
-      requests: m[0]!,
-      promptTokens: m[1]!,
-      completionTokens: m[2]!,
-      slotHours: (m[3] ?? 0) / HOUR,
-      share,
-      costMicro: cost,
-      per1MMicro: tokens > 0 ? cost / tokens * 1e6 : null,
-      busyPer1MMicro: tokens > 0 ? busyCost * share / tokens * 1e6 : null,
-    };
-  }).sort((a, b) => b.share - a.share || a.model.localeCompare(b.model));
-  const notes: string[] = [];
-  if (c.hardwarePricePerNode === 0 && c.tariffPerKwh === 0) {
-    notes.push(
-      "No cluster cost model is set (Settings): costs are zero.",
-    );
-  }
-  return {
-    currency: pricing.currency,
-    totalMicro,
-    hardwareMicro: hardware,
-    energyMicro: energy,
-    busyMicro: busyCost,
-    models: rows,
-    notes,
-  };
 }

@@ -11,7 +11,7 @@ import { capacityReport } from "../store/capacity.ts";
 import { formatMoney } from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
-import { fmtShare } from "../routes/capacity.tsx";
+import { fmtShare } from "../components/capacity.tsx";
 import { ARTIFACTS, launchBrowser } from "./_browser.ts";
 import { createWorld } from "./_helpers.ts";
 import { seedCapacity } from "./fixtures/capacity_seed.ts";
