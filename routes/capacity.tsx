@@ -83,67 +83,91 @@ function heatmap(s: SubjectCapacity): CapacityHeatmapProps {
 
 function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
   const from = Date.parse(r.window.from);
-  const labels = s.series.busy.map((_, h) => {
-    const iso = new Date(from + h * 3_600_000).toISOString();
-    return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
-  });
-  const peak = s.peakTokensPerSecond?.value ?? 0;
-  const out: UsageChartProps[] = [{
+  const days = s.daily.busy.map((_, d) =>
+    new Date(from + d * 86_400_000).toISOString().slice(5, 10)
+  );
+  const pct = (v: number | null) => round((v ?? 0) * 100, 1);
+  const peak = round(s.peakTokensPerSecond?.value ?? 0, 2);
+  const cluster = s.id === "*";
+  return [{
     id: "chart-busy",
-    title: "Busy share and tokens/s delivered per hour",
-    labels,
+    title: "By hour of day (UTC): busy share, and tokens/s against the peak",
+    labels: HOURS.map((h) => `${h}:00`),
     leftTitle: "busy %",
     rightTitle: "tokens/s",
     datasets: [
       {
-        label: "Busy share (%)",
-        data: s.series.busy.map((v) => round((v ?? 0) * 100, 1)),
+        label: "Busy share, weekdays (%)",
+        data: s.byHour.weekdayBusy.map(pct),
         type: "line",
         color: "#2f6f4f",
       },
       {
-        label: "Tokens/s delivered",
-        data: s.series.tokensPerSecond.map((v) => round(v, 2)),
+        label: "Busy share, weekends (%)",
+        data: s.byHour.weekendBusy.map(pct),
+        type: "line",
+        color: "#8bc3a3",
+      },
+      {
+        label: "Tokens/s delivered, weekdays",
+        data: s.byHour.weekdayTokensPerSecond.map((v) => round(v ?? 0, 2)),
         type: "line",
         color: "#3b6fb6",
         right: true,
       },
       {
         label: "Measured peak tokens/s",
-        data: s.series.tokensPerSecond.map(() => round(peak, 2)),
+        data: HOURS.map(() => peak),
         type: "line",
         color: "#9a6700",
         right: true,
       },
     ],
-  }];
-  out.push({
-    id: "chart-queue",
-    title: s.id === "*"
-      ? "Mean wait for a slot and requests refused for lack of capacity, per hour"
-      : "Mean wait for a slot per hour",
-    labels,
-    leftTitle: "ms",
-    ...(s.id === "*" ? { rightTitle: "refused" } : {}),
+  }, {
+    id: "chart-daily",
+    title: "By day over the 4 weeks: busy share, mean and busiest hour",
+    labels: days,
+    leftTitle: "busy %",
     datasets: [
       {
-        label: "Mean wait (ms)",
-        data: s.series.queueMs.map((v) => round(v ?? 0, 1)),
+        label: "Busy share, mean (%)",
+        data: s.daily.busy.map(pct),
         type: "line",
         color: "#2f6f4f",
       },
-      ...(s.id === "*"
+      {
+        label: "Busy share, busiest hour (%)",
+        data: s.daily.peakBusy.map(pct),
+        type: "line",
+        color: "#9a6700",
+      },
+    ],
+  }, {
+    id: "chart-queue",
+    title: cluster
+      ? "By day: mean wait for a slot, and requests refused for lack of capacity"
+      : "By day: mean wait for a slot",
+    labels: days,
+    leftTitle: "ms",
+    ...(cluster ? { rightTitle: "refused" } : {}),
+    datasets: [
+      {
+        label: "Mean wait (ms)",
+        data: s.daily.queueMs.map((v) => round(v ?? 0, 1)),
+        type: "line",
+        color: "#2f6f4f",
+      },
+      ...(cluster
         ? [{
           label: "Refused (503 no capacity)",
-          data: r.cluster.refusedSeries,
-          type: "line" as const,
+          data: r.cluster.refusedDaily,
+          type: "bar" as const,
           color: "#b3261e",
           right: true,
         }]
         : []),
     ],
-  });
-  return out;
+  }];
 }
 
 async function view(c: C) {

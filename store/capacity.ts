@@ -97,6 +97,19 @@ export interface SubjectCapacity {
   queueMs: number | null;
   series: CapacitySeries;
   heatmap: CapacityHeatmap;
+  /** By hour of day (UTC), weekdays (Monday–Friday) and weekends apart: `[hour]`. */
+  byHour: {
+    weekdayBusy: (number | null)[];
+    weekendBusy: (number | null)[];
+    weekdayTokensPerSecond: (number | null)[];
+  };
+  /** By UTC day of the window: mean and peak busy share, tokens/s, mean wait. */
+  daily: {
+    busy: (number | null)[];
+    peakBusy: (number | null)[];
+    tokensPerSecond: number[];
+    queueMs: (number | null)[];
+  };
 }
 
 /** The cluster's figures, with what only it knows. */
@@ -107,9 +120,10 @@ export interface ClusterCapacity extends SubjectCapacity {
   routed: number;
   /** Requests that waited for a slot. */
   queued: number;
-  /** Requests refused for lack of capacity, in all and per hour (`series.requests` counts routed ones). */
+  /** Requests refused for lack of capacity, in all, per hour and per day (`series.requests` counts routed ones). */
   refused: number;
   refusedSeries: number[];
+  refusedDaily: number[];
 }
 
 /** The capacity report. */
@@ -270,6 +284,11 @@ function subjectOf(
   };
   // heatmap cells: sums of slot-time, capacity, tokens, seconds, queue, requests
   const cell = Array.from({ length: 7 * 24 }, () => new Float64Array(6));
+  // per day: the same sums, and the peak busy share (-1: none)
+  const daily = Array.from(
+    { length: Math.ceil(hours / 24) },
+    () => new Float64Array([0, 0, 0, 0, 0, 0, -1]),
+  );
   let capMs = 0, slotMs = 0, completion = 0, prompt = 0, requests = 0;
   let queue = 0, seconds = 0;
   let peakBusy: SubjectCapacity["peakBusy"] = null;
@@ -303,6 +322,15 @@ function subjectOf(
     if (whole && tps > 0 && (!peakTps || tps > peakTps.value)) {
       peakTps = { value: tps, at: new Date(t0).toISOString() };
     }
+    const day = Math.floor(h / 24);
+    const dd = daily[day]!;
+    dd[0]! += slot;
+    dd[1]! += cap;
+    dd[2]! += s.completion[h]!;
+    dd[3]! += secs;
+    dd[4]! += s.queue[h]!;
+    dd[5]! += s.requests[h]!;
+    if (whole && busy !== null) dd[6] = Math.max(dd[6]!, busy);
     const d = new Date(t0);
     const c = cell[((d.getUTCDay() + 6) % 7) * 24 + d.getUTCHours()]!;
     c[0]! += slot;
@@ -323,6 +351,25 @@ function subjectOf(
     if (c[3]! > 0) heatmap.tokensPerSecond[d]![h] = c[2]! / c[3]!;
     if (c[5]! > 0) heatmap.queueMs[d]![h] = c[4]! / c[5]!;
   }
+  // weekdays (cells 0..4 × 24) and weekends (5..6) by hour of day
+  const byHour: SubjectCapacity["byHour"] = {
+    weekdayBusy: [],
+    weekendBusy: [],
+    weekdayTokensPerSecond: [],
+  };
+  for (let h = 0; h < 24; h++) {
+    const sum = (days: number[], a: number, b: number) => {
+      let x = 0, y = 0;
+      for (const d of days) {
+        x += cell[d * 24 + h]![a]!;
+        y += cell[d * 24 + h]![b]!;
+      }
+      return y > 0 ? x / y : null;
+    };
+    byHour.weekdayBusy.push(sum([0, 1, 2, 3, 4], 0, 1));
+    byHour.weekendBusy.push(sum([5, 6], 0, 1));
+    byHour.weekdayTokensPerSecond.push(sum([0, 1, 2, 3, 4], 2, 3));
+  }
   const tokensPerSecond = seconds > 0 ? completion / seconds : 0;
   return {
     id: s.id,
@@ -340,6 +387,13 @@ function subjectOf(
     queueMs: requests > 0 ? queue / requests : null,
     series,
     heatmap,
+    byHour,
+    daily: {
+      busy: daily.map((d) => d[1]! > 0 ? d[0]! / d[1]! : null),
+      peakBusy: daily.map((d) => d[6]! >= 0 ? d[6]! : null),
+      tokensPerSecond: daily.map((d) => d[3]! > 0 ? d[2]! / d[3]! : 0),
+      queueMs: daily.map((d) => d[5]! > 0 ? d[4]! / d[5]! : null),
+    },
   };
 }
 
@@ -440,6 +494,11 @@ function buildReport(
       queued,
       refused: refusedSeries.reduce((a, b) => a + b, 0),
       refusedSeries,
+      refusedDaily: Array.from(
+        { length: Math.ceil(hours / 24) },
+        (_, d) =>
+          refusedSeries.slice(d * 24, d * 24 + 24).reduce((a, b) => a + b, 0),
+      ),
     },
     nodes,
     weeks: weeks.map(({ at: _at, ...w }) => w),

@@ -115,8 +115,9 @@ Deno.test({
         );
         await page.click("button[data-metric=busy]");
         await page.waitForSelector("#chart-busy[data-points]");
+        await page.waitForSelector("#chart-queue[data-points]");
         assert.ok(
-          Number(await page.getAttribute("#chart-busy", "data-points")) > 600,
+          Number(await page.getAttribute("#chart-busy", "data-points")) > 24,
         );
         const [scroll, inner] = await page.evaluate(() => [
           document.documentElement.scrollWidth,

@@ -209,6 +209,16 @@ Deno.test("capacityReport() computes busy share, wait, refusals, tokens/s agains
   assert.equal(a!.heatmap.busy[2]![10], 0.5 / 4);
   assert.equal(a!.heatmap.queueMs[2]![10], 300_000);
   assert.equal(a!.heatmap.busy[5]![10], 0, "a Saturday with capacity, idle");
+  // by day, and by hour of day: 20 weekday 10:00 hours in the window
+  const d = (BUSY_HOUR - FROM) / 86_400_000 | 0;
+  assert.ok(close(a!.daily.busy[d]!, 0.5 / 24));
+  assert.equal(a!.daily.peakBusy[d], 0.5);
+  assert.equal(a!.daily.peakBusy[0], 0);
+  assert.equal(cl.refusedDaily[d], 2);
+  assert.equal(cl.refusedDaily.length, 28);
+  assert.equal(a!.byHour.weekdayBusy[10], 0.5 / 20);
+  assert.equal(a!.byHour.weekendBusy[10], 0);
+  assert.equal(a!.byHour.weekdayTokensPerSecond[10], 3 / 20);
 
   // weekly weekday peaks, and the forecast through them
   assert.deepEqual(r.weeks.map((w) => w.weekdayPeak), [0, 0, 0, 0.3]);
