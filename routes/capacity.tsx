@@ -1,6 +1,7 @@
 /**
  * `/capacity` (platform admins): how busy the cluster and each node were
- * over the last 4 weeks (heatmaps by day of week and hour, hourly lines),
+ * over the last 4 weeks (a heatmap by day of week and hour, lines by hour
+ * of day and by day),
  * queue time and refusals, tokens/s against each node's measured peak,
  * the forecast of when the weekday peak reaches 90%, and the cost per 1M
  * tokens delivered per model; `/capacity/export.csv` and `.json`. Reads
