@@ -40,6 +40,7 @@ import { statementRoutes } from "./routes/statements.tsx";
 import { keyRoutes } from "./routes/keys.tsx";
 import { requestLogRoutes } from "./routes/requests.tsx";
 import { usageRoutes } from "./routes/usage.tsx";
+import { capacityRoutes } from "./routes/capacity.tsx";
 
 /** Extra pieces mounted next to the portal and admin API. */
 export interface OrchardExtras {
@@ -138,6 +139,7 @@ export function createOrchardApp(
   signedIn.route("/audit", auditRoutes);
   signedIn.route("/usage", usageRoutes);
   signedIn.route("/settings/sso", ssoSettingsRoutes);
+  signedIn.route("/capacity", capacityRoutes);
   signedIn.route("/settings", settingsRoutes);
   signedIn.route("/chargeback", chargebackRoutes);
   signedIn.route("/admin-tokens", adminTokenRoutes);

@@ -28,6 +28,7 @@ function navFor(p: Principal): [string, string][] {
       ["/tenants", "Tenants"],
       ["/usage", "Usage & cost"],
       ["/chargeback", "Chargeback"],
+      ["/capacity", "Capacity"],
       ["/alerts", "Alerts"],
       ["/nodes", "Nodes"],
       ["/mesh", "RDMA mesh"],

@@ -270,7 +270,7 @@ export async function messages(
       affinityOf(p.body),
       routeTenant(ctx),
     );
-    ex.nodeId = up.slot.node.id;
+    ex.routed(up.slot);
     const headers = {
       ...ex.headers,
       "x-request-id": requestId,

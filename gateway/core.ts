@@ -38,7 +38,12 @@ import { log, type Logger } from "../lib/log.ts";
 import type { ReportedUsage, UsageBasis } from "./normalise.ts";
 import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
-import { NodeRouter, type RouterOptions } from "./router.ts";
+import {
+  type CapacityError,
+  NodeRouter,
+  type RouterOptions,
+  type SlotGrant,
+} from "./router.ts";
 import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
 import { promptUpper, type TemplateOverhead } from "./tokens.ts";
 import type { ParsedRequest } from "./validate.ts";
@@ -364,6 +369,12 @@ export class Exchange {
   /** How usage was made when the engine reported none (null: reported). */
   usageBasis: UsageBasis | null = null;
   ttftMs: number | null = null;
+  /** How long it waited for a node slot, ms. */
+  queueMs = 0;
+  /** Its node's slot count when routed (null: not routed). */
+  slots: number | null = null;
+  /** Why it was refused for lack of capacity (null: it was not). */
+  refused: UsageRecord["refused"] | null = null;
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
   /** The error the client got (code and type), for the request log. */
@@ -436,6 +447,19 @@ export class Exchange {
     const granted = a.reservation?.tokens ?? worst;
     this.completionCap = Math.max(0, granted - this.promptUpper);
     return this.completionCap;
+  }
+
+  /** Notes the node slot the request got, and how long it waited for it. */
+  routed(slot: SlotGrant): void {
+    this.nodeId = slot.node.id;
+    this.queueMs = slot.queuedMs;
+    this.slots = Math.max(1, slot.node.stats?.slots ?? 1);
+  }
+
+  /** Notes a refusal for lack of capacity (every slot busy: queue full or timed out). */
+  refusedFor(e: CapacityError): void {
+    this.refused = e.reason;
+    this.queueMs = e.waitedMs;
   }
 
   /** Records the first token's time (once). */
@@ -557,6 +581,9 @@ export class Exchange {
       ...(this.error
         ? { errorCode: this.error.code, errorType: this.error.type }
         : {}),
+      ...(this.queueMs > 0 ? { queueMs: this.queueMs } : {}),
+      ...(this.slots !== null ? { slots: this.slots } : {}),
+      ...(this.refused ? { refused: this.refused } : {}),
     });
   }
 }

@@ -18,7 +18,7 @@ import { relayStream, type StreamSink } from "./stream.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 import { modelAllowed } from "./auth.ts";
 import { affinityOf } from "./affinity.ts";
-import { routeTenant } from "./router.ts";
+import { CapacityError, routeTenant } from "./router.ts";
 
 const DONE = sseFrame("[DONE]");
 const PING = sseComment("ping");
@@ -146,6 +146,7 @@ export function fail(
   ex.status = err.status;
   ex.outcome = err.status === 499 ? "cancelled" : "error";
   ex.error = { code: err.code, type: err.type };
+  if (e instanceof CapacityError) ex.refusedFor(e);
   if (!ex.nodeId) ex.core.metrics.rejected(err.code ?? err.type, err.status);
   ex.finish();
   const res = render ? render(err) : err.toResponse();
@@ -198,7 +199,7 @@ export async function completions(
       affinityOf(body),
       routeTenant(ctx),
     );
-    ex.nodeId = up.slot.node.id;
+    ex.routed(up.slot);
     if (up.kind === "stream") {
       const sink = new OpenAISink(
         new ChunkNormaliser(kind, m.id),
@@ -268,7 +269,7 @@ export async function embeddings(
       null,
       routeTenant(ctx),
     );
-    ex.nodeId = up.slot.node.id;
+    ex.routed(up.slot);
     up.close();
     if (up.kind !== "json") throw malformed("embeddings response");
     const data = up.json.data;

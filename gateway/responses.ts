@@ -159,7 +159,7 @@ export async function createResponse(
       affinityOf(body),
       routeTenant(ctx),
     );
-    ex.nodeId = up.slot.node.id;
+    ex.routed(up.slot);
     const shell: ResponseShell = {
       id: itemId("resp_"),
       createdAt: Math.floor(ex.startedAt / 1000),

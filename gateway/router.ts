@@ -30,7 +30,29 @@ const RECHECK_MS = 250;
 /** A held slot on a node; release exactly once. */
 export interface SlotGrant {
   node: NodeView;
+  /** How long the request waited in the queue for it, ms (0: a slot was free). */
+  queuedMs: number;
   release(): void;
+}
+
+/**
+ * A request refused for lack of capacity (503 `server_busy`): every slot
+ * of the nodes it may use busy and the queue full, or its wait timed out.
+ * Metered as such (store/capacity_rollup.ts counts refusals per hour).
+ */
+export class CapacityError extends OpenAIError {
+  constructor(
+    readonly reason: "queue_full" | "queue_timeout",
+    /** How long it waited before it was refused, ms. */
+    readonly waitedMs: number,
+  ) {
+    super(
+      503,
+      "server_busy",
+      "Every node serving this model is busy; retry shortly",
+      { headers: { "retry-after": "1" } },
+    );
+  }
 }
 
 /** Who a request is for, as routing needs it (gateway/core.ts AuthContext's tenant). */
@@ -51,6 +73,8 @@ export function routeTenant(
 }
 
 interface Waiter {
+  /** When it began to wait (performance.now()). */
+  since: number;
   model: string;
   exclude: string | null;
   affinity: number | null;
@@ -121,9 +145,12 @@ export class NodeRouter {
     }
     const slot = this.#pick(cands, affinity) ?? this.#pick(fallback, affinity);
     if (slot) return Promise.resolve(slot);
-    if (this.#waiters.length >= this.#queueMax) return Promise.reject(busy());
+    if (this.#waiters.length >= this.#queueMax) {
+      return Promise.reject(new CapacityError("queue_full", 0));
+    }
     return new Promise<SlotGrant>((resolve, reject) => {
       const w: Waiter = {
+        since: performance.now(),
         model,
         exclude,
         affinity,
@@ -143,7 +170,16 @@ export class NodeRouter {
         reject(e);
       };
       const onAbort = () => fail(signal.reason);
-      const timer = setTimeout(() => fail(busy()), this.#queueTimeoutMs);
+      const timer = setTimeout(
+        () =>
+          fail(
+            new CapacityError(
+              "queue_timeout",
+              Math.round(performance.now() - w.since),
+            ),
+          ),
+        this.#queueTimeoutMs,
+      );
       signal.addEventListener("abort", onAbort, { once: true });
       w.resolve = (l) => {
         w.done = true;
@@ -215,6 +251,7 @@ export class NodeRouter {
     let released = false;
     return {
       node,
+      queuedMs: 0,
       release: () => {
         if (released) return;
         released = true;
@@ -244,6 +281,7 @@ export class NodeRouter {
         this.#pick(fallback, w.affinity);
       if (!slot) continue;
       this.#waiters.splice(i--, 1);
+      slot.queuedMs = Math.round(performance.now() - w.since);
       w.resolve(slot);
     }
     this.#idle();
@@ -255,15 +293,4 @@ export class NodeRouter {
     clearInterval(this.#recheck);
     this.#recheck = undefined;
   }
-}
-
-function busy(): OpenAIError {
-  return new OpenAIError(
-    503,
-    "server_busy",
-    "Every node serving this model is busy; retry shortly",
-    {
-      headers: { "retry-after": "1" },
-    },
-  );
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { StaticFleet } from "./_testing.ts";
-import { NodeRouter } from "./router.ts";
+import { CapacityError, NodeRouter } from "./router.ts";
 import { affinityOf } from "./affinity.ts";
 
 const MODEL = [{ id: "m", loaded: true, kind: "chat" as const }];
@@ -142,4 +142,33 @@ Deno.test("NodeRouter: a request waiting for a slot gets one on a node that join
   assert.equal(router.queued, 0);
   slot.release();
   held.release();
+});
+
+Deno.test("NodeRouter.acquire() says how long a request waited for its slot, and refuses for lack of capacity with the reason", async () => {
+  const fleet = fleetOf([["a", 1]]);
+  const router = new NodeRouter(fleet, { queueMax: 1, queueTimeoutMs: 300 });
+  const signal = new AbortController().signal;
+  const held = await router.acquire("m", signal);
+  assert.equal(held.queuedMs, 0, "a free slot: no wait");
+  const waiting = router.acquire("m", signal);
+  // the queue (1) is full: refused at once, having waited nothing
+  const full = await router.acquire("m", signal).then(
+    () => null,
+    (e) => e,
+  );
+  assert.ok(full instanceof CapacityError);
+  assert.equal(full.reason, "queue_full");
+  assert.equal(full.waitedMs, 0);
+  assert.equal(full.status, 503);
+  assert.equal(full.code, "server_busy");
+  await new Promise((r) => setTimeout(r, 50));
+  held.release();
+  const slot = await waiting;
+  assert.ok(slot.queuedMs >= 40, `waited ${slot.queuedMs} ms`);
+  // the slot stays held: the next one waits out its deadline
+  const late = await router.acquire("m", signal).then(() => null, (e) => e);
+  assert.ok(late instanceof CapacityError);
+  assert.equal(late.reason, "queue_timeout");
+  assert.ok(late.waitedMs >= 250, `waited ${late.waitedMs} ms`);
+  slot.release();
 });

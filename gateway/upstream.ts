@@ -151,6 +151,7 @@ export class Upstream {
     tenant: RouteTenant | null = null,
   ): Promise<UpstreamResult> {
     let exclude: string | null = null;
+    let queuedMs = 0;
     for (let attempt = 0;; attempt++) {
       if (this.#stopped) throw stoppingError();
       const slot = await withSpan(
@@ -158,6 +159,8 @@ export class Upstream {
         { "orchard.model": model },
         () => this.router.acquire(model, signal, exclude, affinity, tenant),
       );
+      // a retry's slot counts the first one's wait too
+      slot.queuedMs = queuedMs += slot.queuedMs;
       if (this.#stopped) {
         slot.release();
         throw stoppingError();

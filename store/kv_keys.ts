@@ -184,6 +184,21 @@ export const k = {
   usageMonthPrefix: (month: string, dimension: UsageMonthDimension) =>
     ["usage_month", month, dimension] as const,
 
+  /**
+   * Capacity rollups of one UTC day (store/capacity_rollup.ts): per node
+   * and hour, per model, and the cluster's queue and refusals per hour;
+   * the day first, so four weeks of every node, model and the cluster are
+   * one range read. One value per group and writer (`shard`), like
+   * `usageRollup`.
+   */
+  usageCapacity: (
+    day: string,
+    kind: CapacityKind,
+    subject: string,
+    shard: string,
+  ) => ["usage_capacity", day, kind, subject, shard] as const,
+  usageCapacityPrefix: () => ["usage_capacity"] as const,
+
   // stored Responses (`/v1/responses`; store/responses.ts)
   /** A stored response's head: its parts' count and expiry. */
   response: (tenantId: string, id: string) =>
@@ -269,6 +284,9 @@ export type UsageMonthDimension =
   | "tenant_model"
   | "node"
   | "node_tenant";
+
+/** Capacity rollup subjects: a node (its id), a model, or the cluster ("*"). */
+export type CapacityKind = "node" | "model" | "cluster";
 
 /**
  * Usage rollup dimensions: subject is the tenant id, `tenantId/keyId`,

@@ -53,6 +53,15 @@ export interface UsageRecord {
   /** The error's `code` and `type` as the client got them (absent when it succeeded). */
   errorCode?: string | null;
   errorType?: string;
+  /** How long it waited at the gateway for a node slot, ms (absent: not at all). */
+  queueMs?: number;
+  /** Its node's slot count when it was routed there (absent: not routed). */
+  slots?: number;
+  /**
+   * Refused for lack of capacity (503 `server_busy`): every slot busy and
+   * the queue full, or its wait for a slot timed out.
+   */
+  refused?: "queue_full" | "queue_timeout";
 }
 
 /** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */
@@ -105,6 +114,7 @@ export const RECORDS_PER_VALUE = 48;
  * tenant_model `requests`, `prompt`, `completion`; node and node_tenant
  * `busy_ms` and `tokens` (prompt + completion; written since chargeback
  * could split by tokens).
+ * Capacity groups are packed instead (store/capacity_rollup.ts).
  */
 export type RollupFields = Record<string, number>;
 

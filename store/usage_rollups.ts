@@ -10,7 +10,8 @@
  *   which record (sequence number) this writer's records of the tenant are
  *   in KV. So the tenant, key and model views and the month's statement
  *   always hold the same requests. Groups shared by tenants (per model and
- *   overall, per node) are written on their own schedule.
+ *   overall, per node, and the capacity groups of store/capacity_rollup.ts)
+ *   are written on their own schedule.
  * - **Idempotent values.** A group is ONE value per writer, its absolute
  *   totals (and `_seq`, the last record in them) under a shard id unique
  *   forever (`<writer>.<n>`): a blind `set`, never contended by other
@@ -26,9 +27,21 @@
  * over `maxGroups`); a later record starts a new shard, so nothing is ever
  * overwritten.
  */
-import { k, type UsageDimension, type UsageMonthDimension } from "./kv_keys.ts";
+import {
+  type CapacityKind,
+  k,
+  type UsageDimension,
+  type UsageMonthDimension,
+} from "./kv_keys.ts";
 import { retentionMs } from "./retention.ts";
 import type { Store } from "./store.ts";
+import {
+  CLUSTER_FIELDS,
+  hourlyNames,
+  isPacked,
+  MODEL_FIELDS,
+  NODE_FIELDS,
+} from "./capacity_rollup.ts";
 import {
   bucketOf,
   LATENCY_BUCKETS_MS,
@@ -91,6 +104,11 @@ const TTFT_0 = LAT_0 + LATENCY_BUCKETS_MS.length;
 const TENANT_MONTH_FIELDS = ["requests", "tokens", "errors"] as const;
 const TENANT_MODEL_MONTH_FIELDS = ["requests", "prompt", "completion"] as const;
 const NODE_MONTH_FIELDS = ["busy_ms", "tokens"] as const;
+/** Capacity groups' slots (store/capacity_rollup.ts): hourly ones hour-major. */
+const CAP_NODE_NAMES = hourlyNames(NODE_FIELDS);
+const CAP_CLUSTER_NAMES = hourlyNames(CLUSTER_FIELDS);
+const CAP_NODE_N = NODE_FIELDS.length;
+const CAP_CLUSTER_N = CLUSTER_FIELDS.length;
 
 /** How long after its bucket ends a group stays in memory (late records). */
 const KEEP_MS = {
@@ -111,6 +129,8 @@ interface Group {
   key: Deno.KvKey;
   /** Its field names (one of the *_FIELDS layouts). */
   readonly names: readonly string[];
+  /** Stored packed (capacity groups): the fields per hour, else 0 (an object of sums). */
+  readonly packed: number;
   /** Every record folded in so far, one sum per name: what its KV value will hold. */
   readonly sums: Float64Array;
   /** The tenant whose batch writes it; null: shared by tenants (model, all, node). */
@@ -153,6 +173,12 @@ interface RecordGroups {
   tenantModel: Group;
   node: Group | null;
   nodeTenant: Group | null;
+  /** Capacity day groups (shared): the node's (if routed), the model's and the cluster's. */
+  capNode: Group | null;
+  capModel: Group;
+  capCluster: Group;
+  /** The record's hour of the (UTC) day: its slot in the hourly capacity groups. */
+  hod: number;
 }
 
 /** A tenant's records and groups not written yet. */
@@ -428,9 +454,15 @@ export class UsageRollups {
       if (seq > bestSeq) [best, bestSeq] = [e, seq];
     }
     if (!best) return;
-    const v = best.value as RollupFields;
     g.key = best.key;
-    g.names.forEach((n, i) => g.sums[i] = typeof v[n] === "number" ? v[n] : 0);
+    if (isPacked(best.value)) {
+      g.sums.set(best.value.v.subarray(0, g.sums.length));
+    } else {
+      const v = best.value as RollupFields;
+      g.names.forEach((n, i) =>
+        g.sums[i] = typeof v[n] === "number" ? v[n] : 0
+      );
+    }
     g.floor = g.seq = bestSeq;
   }
 
@@ -748,6 +780,54 @@ export class UsageRollups {
         nt.sums[1] = nt.sums[1]! + prompt + completion;
         this.#markOwn(nt, b, seq);
       }
+      this.#foldCapacity(r, gs, seq, now, delayMs);
+    }
+  }
+
+  /** Adds a record to its capacity groups (store/capacity_rollup.ts). */
+  #foldCapacity(
+    r: UsageRecord,
+    gs: RecordGroups,
+    seq: number,
+    now: number,
+    delayMs: number,
+  ): void {
+    const routed = r.nodeId !== null;
+    if (!routed && r.refused === undefined) return;
+    const queue = r.queueMs ?? 0;
+    const cc = gs.capCluster;
+    if (seq > cc.floor) {
+      const v = cc.sums; // CLUSTER_FIELDS
+      const o = gs.hod * CAP_CLUSTER_N;
+      v[o] = v[o]! + 1;
+      if (queue > 0) v[o + 1] = v[o + 1]! + 1;
+      v[o + 2] = v[o + 2]! + queue;
+      if (r.refused !== undefined) v[o + 3] = v[o + 3]! + 1;
+      this.#markShared(cc, seq, now, delayMs);
+    }
+    if (!routed) return;
+    const busy = Math.max(0, r.latencyMs - queue);
+    const share = busy / Math.max(1, r.slots ?? 1);
+    const cn = gs.capNode;
+    if (cn && seq > cn.floor) {
+      const v = cn.sums; // NODE_FIELDS
+      const o = gs.hod * CAP_NODE_N;
+      v[o] = v[o]! + 1;
+      v[o + 1] = v[o + 1]! + r.promptTokens;
+      v[o + 2] = v[o + 2]! + r.completionTokens;
+      v[o + 3] = v[o + 3]! + busy;
+      v[o + 4] = v[o + 4]! + share;
+      v[o + 5] = v[o + 5]! + queue;
+      this.#markShared(cn, seq, now, delayMs);
+    }
+    const cm = gs.capModel;
+    if (seq > cm.floor) {
+      const v = cm.sums; // MODEL_FIELDS
+      v[0] = v[0]! + 1;
+      v[1] = v[1]! + r.promptTokens;
+      v[2] = v[2]! + r.completionTokens;
+      v[3] = v[3]! + share;
+      this.#markShared(cm, seq, now, delayMs);
     }
   }
 
@@ -839,6 +919,24 @@ export class UsageRollups {
       );
     }
     const d = new Date(t);
+    const day = d.toISOString().slice(0, 10);
+    const dayEnd =
+      Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()) +
+      86_400_000 + KEEP_MS.day;
+    const capGroup = (
+      kind: CapacityKind,
+      subject: string,
+      names: readonly string[],
+      packed: number,
+    ) =>
+      this.#group(
+        `capacity|${kind}|${subject}|${day}`,
+        names,
+        dayEnd,
+        null,
+        (shard) => k.usageCapacity(day, kind, subject, shard),
+        packed,
+      );
     const month = d.toISOString().slice(0, 7);
     const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) +
       KEEP_MS.month;
@@ -881,6 +979,12 @@ export class UsageRollups {
           r.tenantId,
         )
         : null,
+      capNode: r.nodeId
+        ? capGroup("node", r.nodeId, CAP_NODE_NAMES, CAP_NODE_N)
+        : null,
+      capModel: capGroup("model", r.model, MODEL_FIELDS, MODEL_FIELDS.length),
+      capCluster: capGroup("cluster", "*", CAP_CLUSTER_NAMES, CAP_CLUSTER_N),
+      hod: d.getUTCHours(),
     };
   }
 
@@ -891,6 +995,7 @@ export class UsageRollups {
     end: number,
     tenantId: string | null,
     key: (shard: string) => Deno.KvKey,
+    packed = 0,
   ): Group {
     let g = this.#groups.get(id);
     if (!g) {
@@ -898,6 +1003,7 @@ export class UsageRollups {
         id,
         key: key(`${this.writer}.${(this.#shardSeq++).toString(36)}`),
         names,
+        packed,
         sums: new Float64Array(names.length),
         tenantId,
         seq: 0,
@@ -949,6 +1055,8 @@ function allGroups(gs: RecordGroups): Group[] {
   const out = [...gs.tenantTime, ...gs.sharedTime, gs.tenant, gs.tenantModel];
   if (gs.node) out.push(gs.node);
   if (gs.nodeTenant) out.push(gs.nodeTenant);
+  if (gs.capNode) out.push(gs.capNode);
+  out.push(gs.capModel, gs.capCluster);
   return out;
 }
 
@@ -961,11 +1069,15 @@ function later(now: number, delayMs: number): number {
 function stale(gs: RecordGroups): boolean {
   return gs.tenantTime.some((g) => g.gone) ||
     gs.sharedTime.some((g) => g.gone) || gs.tenant.gone ||
-    gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone;
+    gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone ||
+    !!gs.capNode?.gone || gs.capModel.gone || gs.capCluster.gone;
 }
 
 /** A group's value (its sums by name, zeros left out, and `_seq`) under its shard key. */
 function setOf(g: Group): KvSet {
+  if (g.packed > 0) {
+    return [g.key, { [SEQ_FIELD]: g.seq, n: g.packed, v: g.sums.slice() }];
+  }
   const f: RollupFields = {};
   for (let i = 0; i < g.names.length; i++) {
     if (g.sums[i] !== 0) f[g.names[i]!] = g.sums[i]!;

@@ -21,6 +21,7 @@ export const TEST_ISLANDS: IslandManifest = {
   ConfirmSubmit: "/static/build/ConfirmSubmit-test.js",
   FormGuard: "/static/build/FormGuard-test.js",
   UsageChart: "/static/build/UsageChart-test.js",
+  CapacityHeatmap: "/static/build/CapacityHeatmap-test.js",
   NodesLive: "/static/build/NodesLive-test.js",
   MeshRunner: "/static/build/MeshRunner-test.js",
   Playground: "/static/build/Playground-test.js",

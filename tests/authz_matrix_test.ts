@@ -45,6 +45,7 @@ const COVERAGE: Record<string, Cover> = {
   "GET /api/admin/v1/usage": { kind: "own" },
   "GET /api/admin/v1/statements": { kind: "own" },
   "GET /api/admin/v1/settings/pricing": { kind: "platform-only" },
+  "GET /api/admin/v1/capacity": { kind: "platform-only" },
   "PUT /api/admin/v1/settings/pricing": { kind: "platform-only" },
   // admin tokens, users and invites (routes/api/accounts.ts)
   "POST /api/admin/v1/admin-tokens": { kind: "tenant-b" },
@@ -154,6 +155,9 @@ const COVERAGE: Record<string, Cover> = {
   "PUT /api/admin/v1/model-aliases/:alias": { kind: "platform-only" },
   "DELETE /api/admin/v1/model-aliases/:alias": { kind: "platform-only" },
   "GET /playground": { kind: "own" },
+  "GET /capacity": { kind: "platform-only" },
+  "GET /capacity/export.csv": { kind: "platform-only" },
+  "GET /capacity/export.json": { kind: "platform-only" },
   // a plain GET of a form's address goes to its page (issue 28)
   "GET /favicon.ico": { kind: "public" },
   "GET /logout": { kind: "public" },
@@ -600,5 +604,39 @@ Deno.test("authorization matrix: tenant admins read their own retention and expo
     await call(platform, "POST", `/tenants/${a}/deletion/cancel`),
     200,
   );
+  await w.close();
+});
+
+Deno.test("authorization matrix: the capacity page, its exports and API answer the platform admin, and 403 to a tenant's admin and viewer", async () => {
+  const w = await createWorld();
+  await seedB(w);
+  const { cookie } = await portalLogin(w, "root@example.com");
+  for (
+    const path of ["/capacity", "/capacity/export.csv", "/capacity/export.json"]
+  ) {
+    const res = await w.app.request(path, { headers: { cookie } });
+    assert.equal(res.status, 200, path);
+    await res.body?.cancel();
+  }
+  const res = await w.app.request("/api/admin/v1/capacity", {
+    headers: { authorization: `Bearer ${w.tokens.platform}` },
+  });
+  assert.equal(res.status, 200);
+  await res.body?.cancel();
+  for (const caller of await callers(w)) {
+    if (caller.name === "anonymous") continue;
+    for (
+      const path of [
+        "/capacity",
+        "/capacity/export.csv",
+        "/capacity/export.json",
+        "/api/admin/v1/capacity",
+      ]
+    ) {
+      const res = await w.app.request(path, { headers: caller.headers });
+      assert.equal(res.status, 403, `${path} as ${caller.name}`);
+      await res.body?.cancel();
+    }
+  }
   await w.close();
 });

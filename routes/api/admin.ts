@@ -31,6 +31,8 @@ import { getPricing, setPricing } from "../../store/pricing.ts";
 import { isPlatform, requirePlatform } from "../../store/principal.ts";
 import { buildStatement, statementCsv } from "../../store/statements.ts";
 import { clusterChargeback } from "../../store/chargeback.ts";
+import { capacityReport } from "../../store/capacity.ts";
+import { capacityCsv } from "../../store/capacity_csv.ts";
 import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
 import { ValidationError } from "../../store/errors.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
@@ -260,6 +262,20 @@ export function createAdminApi(): Hono<AdminEnv> {
   api.get("/chargeback", async (c) => {
     const month = (c.req.query("month") ?? "").slice(0, 20);
     return c.json(await clusterChargeback(store(c), c.get("principal"), month));
+  });
+  api.get("/capacity", async (c) => {
+    const format = c.req.query("format") ?? "json";
+    if (format !== "json" && format !== "csv") {
+      throw new ValidationError("format: must be csv or json", "format");
+    }
+    const r = await capacityReport(store(c), c.get("principal"));
+    if (format === "json") return c.json(r);
+    return c.body(capacityCsv(r), 200, {
+      "content-type": "text/csv; charset=utf-8",
+      "content-disposition": `attachment; filename="capacity-${
+        r.generatedAt.slice(0, 10)
+      }.csv"`,
+    });
   });
   api.get("/settings/pricing", async (c) => {
     requirePlatform(c.get("principal"));

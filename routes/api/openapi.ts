@@ -385,6 +385,21 @@ export function openApiDocument() {
           },
         ),
       },
+      "/capacity": {
+        get: op(
+          "The capacity report of the last 4 weeks (platform admins): busy share, wait, refusals and tokens/s per node and for the cluster, by hour; the forecast; cost per 1M tokens per model. JSON, or the hourly series as CSV",
+          { status: "200", schema: { type: "object" } },
+          {
+            parameters: [
+              {
+                name: "format",
+                in: "query",
+                schema: { enum: ["json", "csv"] },
+              },
+            ],
+          },
+        ),
+      },
       "/settings/pricing": {
         get: op("Chargeback prices and cluster cost model (micro-units)", {
           status: "200",
