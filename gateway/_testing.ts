@@ -4,7 +4,7 @@
  * such upstreams, and a world with a tenant, keys and a served gateway.
  */
 import { affinityOf, nodeHash, rendezvous } from "./affinity.ts";
-import { testConfig } from "../config.ts";
+import { type Config, testConfig } from "../config.ts";
 import { parseSSE, sseFrame } from "../lib/sse.ts";
 import type { Fleet, NodeTarget, NodeView } from "../fleet/types.ts";
 import type { EngineModel } from "../node/engine.ts";
@@ -430,9 +430,14 @@ export async function createWorld(
     script?: Script;
     gateway?: GatewayOptions;
     maxBodyBytes?: number;
+    /** More configuration (e.g. `kvUrl`: the gateway acts as on a remote KV). */
+    config?: Partial<Config>;
+    /** Sees the KV before anything uses it (to wrap it in a test double). */
+    onKv?: (kv: Deno.Kv) => void;
   } = {},
 ): Promise<World> {
   const kv = await Deno.openKv(":memory:");
+  opts.onKv?.(kv);
   const store = await createStore(kv);
   const tenant = await createTenant(store, SYSTEM, { name: "Acme" });
   if (opts.limits) await setTenantLimits(store, SYSTEM, tenant.id, opts.limits);
@@ -445,7 +450,10 @@ export async function createWorld(
   const gw = createGateway(
     {
       store,
-      config: testConfig({ maxBodyBytes: opts.maxBodyBytes ?? 64 * 1024 }),
+      config: testConfig({
+        maxBodyBytes: opts.maxBodyBytes ?? 64 * 1024,
+        ...opts.config,
+      }),
       fleet,
     },
     { logger: silentLogger, ...opts.gateway },

@@ -2,11 +2,16 @@
 import assert from "node:assert/strict";
 import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
 import { parseSSE } from "../lib/sse.ts";
+import { setKeyBudget, setTenantBudget } from "../store/budgets.ts";
+import { perMillion } from "../store/money.ts";
+import { setPricing } from "../store/pricing.ts";
+import { SYSTEM } from "../store/principal.ts";
 import {
   counterValue,
   countReservations,
   windowOf,
 } from "../store/quota/mod.ts";
+import { type CommitStats, denokvLimits } from "../store/quota/_testing.ts";
 
 Deno.test("500 concurrent requests against a 100-request window admit exactly 100", async () => {
   await awayFromMinuteEdge();
@@ -163,6 +168,89 @@ Deno.test("a busy key's requests are admitted from leases and every counter ends
     );
     assert.equal(await counterValue(w.store, t, "conc"), 0);
     assert.equal(await countReservations(w.store), 0);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("on a remote KV allowing 10 checks a commit (denokv), a key and its tenant with every limit and hard budget (12 counters) admit exactly", async () => {
+  await awayFromMinuteEdge(10_000);
+  const every = {
+    rpm: 100_000,
+    tpm: 100_000_000,
+    concurrency: 10_000,
+    tokensPerDay: 100_000_000,
+    tokensPerMonth: 1_000_000_000,
+  };
+  let stats: CommitStats | null = null;
+  const w = await createWorld({
+    limits: every,
+    // The gateway checks at most 10 counters a commit, as on denokv, whose
+    // limits this KV enforces.
+    config: { kvUrl: "http://denokv.invalid" },
+    onKv: (kv) => stats = denokvLimits(kv),
+  });
+  try {
+    await setPricing(w.store, SYSTEM, {
+      currency: "EUR",
+      models: [{
+        model: "tiny-chat",
+        promptPerMillion: "1000",
+        completionPerMillion: "2000",
+      }],
+      cluster: {
+        hardwarePricePerNode: "0",
+        amortisationMonths: 36,
+        idleWatts: 0,
+        busyWatts: 0,
+        tariffPerKwh: "0",
+      },
+    });
+    const key = await w.newKey({ limits: { ...every, rpm: 30 } });
+    for (const [unit, amount] of [["money", "1000"], ["tokens", 1e6]]) {
+      const b = { amount, hard: true };
+      await setTenantBudget(w.store, SYSTEM, w.tenant.id, unit as never, b);
+      await setKeyBudget(w.store, SYSTEM, key.id, unit as never, b);
+    }
+    const body = {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      max_tokens: 5,
+    };
+    const rs = await Promise.all(Array.from({ length: 100 }, async () => {
+      const r = await w.post("/v1/chat/completions", body, {
+        authorization: `Bearer ${key.key}`,
+      });
+      return { status: r.status, body: await r.json() };
+    }));
+    const ok = rs.filter((r) => r.status === 200);
+    assert.equal(
+      ok.length,
+      30,
+      JSON.stringify(rs.find((r) => r.status >= 500)),
+    );
+    assert.equal(rs.filter((r) => r.status === 429).length, 70);
+    assert.equal(w.up.requests.length, 30);
+    await w.gw.idle();
+    const tokens = ok.reduce((a, r) => a + r.body.usage.total_tokens, 0);
+    const money = ok.reduce(
+      (a, r) =>
+        a + perMillion(r.body.usage.prompt_tokens, 1_000_000_000) +
+        perMillion(r.body.usage.completion_tokens, 2_000_000_000),
+      0,
+    );
+    const now = Date.now();
+    for (const s of [`t:${w.tenant.id}`, `k:${key.id}`]) {
+      const used = (kind: "rpm" | "day" | "month" | "spend") =>
+        counterValue(w.store, s, windowOf(kind, now)[0]);
+      assert.equal(await used("rpm"), 30, s);
+      assert.equal(await used("day"), tokens, s);
+      assert.equal(await used("month"), tokens, s);
+      assert.equal(await used("spend"), money, s);
+      assert.equal(await counterValue(w.store, s, "conc"), 0, s);
+    }
+    assert.equal(await countReservations(w.store), 0);
+    assert.ok(stats!.mostChecks <= 10, `${stats!.mostChecks} checks`);
   } finally {
     await w.close();
   }

@@ -1,5 +1,6 @@
 /** Helpers shared by the quota tests. */
 import assert from "node:assert/strict";
+import { serialize as v8Serialize } from "node:v8";
 import { type Admitter, counterValue, limitPlan, windowOf } from "./mod.ts";
 import { createStore, type Store } from "../store.ts";
 import { UNLIMITED } from "../limits.ts";
@@ -151,4 +152,88 @@ export async function releaseFixture() {
     (await kv.get<Deno.KvU64>(["quota", "t:t1", `${window}:r`])).value
       ?.value;
   return { kv, store, plan, tpm, day, released };
+}
+
+/** The most a commit did, as seen by `denokvLimits`. */
+export interface CommitStats {
+  commits: number;
+  mostChecks: number;
+  mostMutations: number;
+  mostBytes: number;
+}
+
+/**
+ * Makes `kv` refuse, as a self-hosted denokv does (its proto/limits.rs),
+ * commits with more than 10 checks or 1,000 mutations or 800 KiB of keys
+ * and values (sizes as V8 serializes values, keys as JSON: close enough to
+ * tell), and records the most any commit did. `hold`, when it answers true
+ * for a commit's checked keys, leaves that commit pending for ever (its
+ * process is gone).
+ */
+export function denokvLimits(
+  kv: Deno.Kv,
+  hold: (checked: Deno.KvKey[]) => boolean = () => false,
+): CommitStats {
+  const stats: CommitStats = {
+    commits: 0,
+    mostChecks: 0,
+    mostMutations: 0,
+    mostBytes: 0,
+  };
+  const keyBytes = (key: Deno.KvKey) => JSON.stringify(key).length;
+  const atomic = kv.atomic.bind(kv);
+  kv.atomic = () => {
+    const op = atomic();
+    const checked: Deno.KvKey[] = [];
+    let mutations = 0;
+    let bytes = 0;
+    const check = op.check.bind(op);
+    op.check = (...cs) => {
+      for (const c of cs) {
+        checked.push(c.key);
+        bytes += keyBytes(c.key);
+      }
+      return check(...cs);
+    };
+    const count = (key: Deno.KvKey, value?: unknown) => {
+      mutations++;
+      bytes += keyBytes(key) +
+        (value === undefined ? 0 : v8Serialize(value).byteLength);
+    };
+    const set = op.set.bind(op);
+    op.set = (key, value, o) => {
+      count(key, value);
+      return set(key, value, o);
+    };
+    const sum = op.sum.bind(op);
+    op.sum = (key, n) => {
+      count(key, new Deno.KvU64(n));
+      return sum(key, n);
+    };
+    const del = op.delete.bind(op);
+    op.delete = (key) => {
+      count(key);
+      return del(key);
+    };
+    const commit = op.commit.bind(op);
+    op.commit = () => {
+      stats.commits++;
+      stats.mostChecks = Math.max(stats.mostChecks, checked.length);
+      stats.mostMutations = Math.max(stats.mostMutations, mutations);
+      stats.mostBytes = Math.max(stats.mostBytes, bytes);
+      if (checked.length > 10) {
+        return Promise.reject(new TypeError("Too many checks (max 10)"));
+      }
+      if (mutations > 1000) {
+        return Promise.reject(new TypeError("Too many mutations (max 1000)"));
+      }
+      if (bytes > 819_200) {
+        return Promise.reject(new TypeError("Total mutation size too large"));
+      }
+      if (hold(checked)) return new Promise(() => {});
+      return commit();
+    };
+    return op;
+  };
+  return stats;
 }

@@ -8,29 +8,31 @@
  * tenants with it (each KV commit costs ~100 µs of CPU whatever it holds,
  * up to `maxChecks` distinct counters), and a tenant never has two commits
  * racing, so a hot key does not collapse under retries. The same commits
- * grant leases and their successors.
+ * grant leases and their successors. A plan with more counters than
+ * `maxChecks` is admitted by several commits instead (wide.ts).
  */
-import { k } from "../kv_keys.ts";
 import type { Store } from "../store.ts";
 import {
   type Counter,
   type CounterCache,
+  counterExpiry,
   getManyChunked,
-  rel,
+  newCounter,
+  readReleased,
   u64,
 } from "./counters.ts";
 import { decide, type Decider } from "./decide.ts";
 import type { Lease } from "./lease.ts";
 import type { LeaseBook } from "./lease_book.ts";
-import { planInfo, planKey } from "./plan.ts";
+import { planInfo, planKey, signature } from "./plan.ts";
 import type { SettlementQueue } from "./settlement.ts";
-import { TIDY_AFTER_MS } from "./tidy.ts";
 import {
   type Admission,
   type AdmissionRequest,
   QuotaUnavailableError,
 } from "./types.ts";
-import { DAY, windowOf } from "./windows.ts";
+import { admitWide, isWide, wideBatch } from "./wide.ts";
+import { windowOf } from "./windows.ts";
 
 /** A request waiting for an admission commit. */
 export interface PendingAdmission {
@@ -155,6 +157,16 @@ export class AdmissionQueue {
         continue;
       }
       const ids = planInfo(p.req.plan).counters;
+      if (!p.renews && ids.length > this.#maxChecks) {
+        // A wide plan: its requests, with no others, by group commits.
+        if (batch.length > 0) {
+          rest.push(p);
+          continue;
+        }
+        const wide = this.#takeWide(p, pending, i + 1);
+        this.#pending = [...rest, ...wide.rest];
+        return wide.batch;
+      }
       let added = p.renews ? ids.length : 0;
       if (!p.renews) { for (const id of ids) if (!counters.has(id)) added++; }
       if (batch.length > 0 && counters.size + own + added > this.#maxChecks) {
@@ -169,7 +181,49 @@ export class AdmissionQueue {
     return batch;
   }
 
+  /**
+   * A batch of a wide plan: `first` and the requests of its plan (same
+   * limits) waiting from `from` on, as many as share its group commits
+   * (wideBatch); and the other requests, in order.
+   */
+  #takeWide(
+    first: PendingAdmission,
+    pending: PendingAdmission[],
+    from: number,
+  ): { batch: PendingAdmission[]; rest: PendingAdmission[] } {
+    const pk = planKey(first.req.plan);
+    const sig = signature(first.req.plan);
+    const most = wideBatch(
+      first.req.plan.rules.length,
+      this.#maxChecks,
+      this.#maxBatch,
+    );
+    const batch = [first];
+    const rest: PendingAdmission[] = [];
+    for (let j = from; j < pending.length; j++) {
+      const q = pending[j]!;
+      if (
+        batch.length < most && !q.renews && planKey(q.req.plan) === pk &&
+        signature(q.req.plan) === sig
+      ) batch.push(q);
+      else rest.push(q);
+    }
+    return { batch, rest };
+  }
+
   #run(batch: PendingAdmission[]): Promise<void> {
+    const first = batch[0]!.req.plan;
+    if (!batch[0]!.renews && isWide(first, this.#maxChecks)) {
+      return admitWide(batch, {
+        store: this.#store,
+        counters: this.#counters,
+        decider: this.#decider,
+        maxChecks: this.#maxChecks,
+        maxAttempts: this.#maxAttempts,
+        beforeRefusing: (tenants, cs) => this.#beforeRefusing(tenants, cs),
+        released: (rs) => this.#settlements.released(rs),
+      });
+    }
     const run = this.#admitBatch(batch);
     if (batch.some((p) => p.renews)) {
       this.#renewCommits.add(run);
@@ -209,17 +263,7 @@ export class AdmissionQueue {
           const id = `${r.subject}\u0000${window}`;
           let c = counters.get(id);
           if (!c) {
-            c = {
-              id,
-              kind: r.kind,
-              key: k.quotaCounter(r.subject, window),
-              relKey: k.quotaCounter(r.subject, rel(window)),
-              end,
-              value: 0,
-              versionstamp: null,
-              released: this.#counters.released(id) ?? 0,
-              added: 0,
-            };
+            c = newCounter(r.subject, r.kind, window, end, this.#counters);
             counters.set(id, c);
           }
           return c;
@@ -248,22 +292,10 @@ export class AdmissionQueue {
       let out = this.#decideAll(batch, per, starts, now);
       const refused = out.admissions.flatMap((a, i) => a.ok ? [] : [i]);
       if (refused.length > 0) {
-        // Before refusing: this tenant's leases close, our own releases
-        // land, then the release counters of the refused are read fresh.
         const tenants = new Set(refused.map((i) => reqs[i]!.plan.tenantId));
-        const closed = this.#book.closeLeases(tenants);
-        await Promise.all(closed.map((l) => this.#book.shrink(l)));
-        await this.#settlements.flush();
         const need = new Set<Counter>();
         for (const i of refused) for (const c of per[i]!) need.add(c);
-        const list = [...need];
-        if (list.length > 0) {
-          const read = await getManyChunked(kv, list.map((c) => c.relKey));
-          list.forEach((c, i) => {
-            c.released = Math.max(c.released, u64(read[i]!.value));
-            this.#counters.setReleased(c.id, c.released);
-          });
-        }
+        await this.#beforeRefusing(tenants, [...need]);
         for (const c of all) c.added = 0;
         out = this.#decideAll(batch, per, starts, now);
       }
@@ -275,10 +307,7 @@ export class AdmissionQueue {
         op.check({ key: c.key, versionstamp: c.versionstamp });
         if (c.added > 0) {
           op.set(c.key, new Deno.KvU64(BigInt(c.value + c.added)), {
-            // A minute's counter lives as long as its release counter
-            // (see TIDY_AFTER_MS), a day's or month's a day longer.
-            expireIn: c.kind === "concurrency" ? undefined : c.end - now +
-              (c.kind === "rpm" || c.kind === "tpm" ? TIDY_AFTER_MS : DAY),
+            expireIn: counterExpiry(c, now),
           });
         }
       }
@@ -311,6 +340,17 @@ export class AdmissionQueue {
     throw new QuotaUnavailableError(
       "Cannot admit: the quota counters stayed contended",
     );
+  }
+
+  /**
+   * Before refusing: the leases of `tenants` close, this process's own
+   * releases land, then the release counters `cs` are read fresh.
+   */
+  async #beforeRefusing(tenants: Set<string>, cs: Counter[]): Promise<void> {
+    const closed = this.#book.closeLeases(tenants);
+    await Promise.all(closed.map((l) => this.#book.shrink(l)));
+    await this.#settlements.flush();
+    await readReleased(this.#store.kv, this.#counters, cs);
   }
 
   #decideAll(

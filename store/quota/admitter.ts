@@ -25,7 +25,8 @@ export interface AdmitterOptions {
   maxAttempts?: number;
   /**
    * Most distinct counters (KV checks) in one commit: Deno KV allows 100;
-   * the self-hosted denokv protocol documents 10 (default 100).
+   * the self-hosted denokv protocol documents 10 (default 100). A plan with
+   * more counters is admitted by several commits (wide.ts).
    */
   maxChecks?: number;
   /** Admission commits in flight at once, for different tenants (default 2). */
@@ -90,7 +91,8 @@ export class Admitter implements AsyncDisposable {
   constructor(store: Store, opts: AdmitterOptions = {}) {
     this.#store = store;
     const leaseMs = opts.leaseMs ?? 60_000;
-    const maxChecks = Math.min(opts.maxChecks ?? 100, 100);
+    // Two at least: a wide plan's later groups check a counter and a record.
+    const maxChecks = Math.max(2, Math.min(opts.maxChecks ?? 100, 100));
     const counters = new CounterCache();
     this.#rates = new RateMeter(leaseMs);
     this.#checkpoints = new Checkpoints(store);

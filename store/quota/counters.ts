@@ -11,7 +11,8 @@
 import { k } from "../kv_keys.ts";
 import type { Store } from "../store.ts";
 import type { QuotaView, Rule, RuleKind } from "./types.ts";
-import { isTokenRule, windowEnd } from "./windows.ts";
+import { TIDY_AFTER_MS } from "./tidy.ts";
+import { DAY, isTokenRule, windowEnd } from "./windows.ts";
 
 /** One quota counter (a window of a subject) as seen by one commit attempt. */
 export interface Counter {
@@ -29,6 +30,56 @@ export interface Counter {
   released: number;
   /** Added by the requests decided so far in this attempt. */
   added: number;
+}
+
+/**
+ * A counter of `subject`'s `window` (of a rule of `kind`, ending at `end`)
+ * for a commit attempt: A not known yet, R as this process last saw it.
+ */
+export function newCounter(
+  subject: string,
+  kind: RuleKind,
+  window: string,
+  end: number,
+  cache: CounterCache,
+): Counter {
+  const id = `${subject}\u0000${window}`;
+  return {
+    id,
+    kind,
+    key: k.quotaCounter(subject, window),
+    relKey: k.quotaCounter(subject, rel(window)),
+    end,
+    value: 0,
+    versionstamp: null,
+    released: cache.released(id) ?? 0,
+    added: 0,
+  };
+}
+
+/**
+ * How long a counter's new value lives: a minute's as long as its release
+ * counter (see TIDY_AFTER_MS), a day's or month's a day past its window,
+ * concurrency's for ever.
+ */
+export function counterExpiry(c: Counter, now: number): number | undefined {
+  if (c.kind === "concurrency") return undefined;
+  return c.end - now +
+    (c.kind === "rpm" || c.kind === "tpm" ? TIDY_AFTER_MS : DAY);
+}
+
+/** Reads the release counters of `cs` fresh (before a refusal), into them and the cache. */
+export async function readReleased(
+  kv: Deno.Kv,
+  cache: CounterCache,
+  cs: Counter[],
+): Promise<void> {
+  if (cs.length === 0) return;
+  const read = await getManyChunked(kv, cs.map((c) => c.relKey));
+  cs.forEach((c, i) => {
+    c.released = Math.max(c.released, u64(read[i]!.value));
+    cache.setReleased(c.id, c.released);
+  });
 }
 
 /** A counter's usage as decided so far: admitted − released + added. */

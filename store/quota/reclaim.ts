@@ -78,7 +78,9 @@ async function reclaimOne(
 ): Promise<boolean> {
   const v = e.value;
   const useKey = k.reservationUse(String(e.key[1]));
-  const lease = v.requests !== undefined;
+  // A wide plan's request still admitting holds requests too, unused: its
+  // record's reclaim fields (nothing billed) say so, with no checkpoint.
+  const lease = v.requests !== undefined && !v.admitting;
   const use = lease ? (await store.kv.get<ReservationUse>(useKey)).value : null;
   const billed = Math.min(v.tokens, use?.tokens ?? v.reclaimTokens);
   const requests = v.requests ?? 0;

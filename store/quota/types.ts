@@ -37,7 +37,11 @@ export interface RequestPrice {
   completionPerMillion: number;
 }
 
-/** The precomputed rules of one (tenant, key); at most 10 (one check each). */
+/**
+ * The precomputed rules of one (tenant, key): up to 12 (six a subject), one
+ * counter (a commit's check) each. A plan with more than a commit may check
+ * is admitted group by group (wide.ts).
+ */
 export interface LimitPlan {
   tenantId: string;
   keyId: string;
@@ -132,6 +136,12 @@ export interface StoredReservation {
   money?: number;
   reclaimMoney?: number;
   moneyCounters?: [string, string][];
+  /**
+   * Set while a wide plan's request is admitted group by group (wide.ts):
+   * the record holds what the groups committed so far (one request in
+   * each of `reqCounters`), and a reclaim gives all of it back.
+   */
+  admitting?: true;
 }
 
 /** A lease's checkpoint (k.reservationUse): what a reclaim bills it. */
