@@ -4,6 +4,7 @@
  * store/admin_tokens.ts). A new token is shown once, after a redirect, so a
  * reload does not show it again.
  */
+import { SecretValue } from "../components/secret.tsx";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { Island } from "../components/Island.tsx";
@@ -19,7 +20,6 @@ import {
   Time,
 } from "../components/ui.tsx";
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
-import CopyButton from "../islands/CopyButton.tsx";
 import {
   type AdminTokenView,
   createAdminToken,
@@ -137,20 +137,11 @@ async function view(
               Copy this token now. It is shown only once and cannot be
               recovered; create a new one if it is lost.
             </Alert>
-            <div class="row" style="align-items:center">
-              <code
-                class="secret"
-                id="secret-value"
-                data-testid="new-admin-token"
-              >
-                {flash.created.token}
-              </code>
-              <Island
-                name="CopyButton"
-                component={CopyButton}
-                props={{ text: flash.created.token, label: "Copy token" }}
-              />
-            </div>
+            <SecretValue
+              value={flash.created.token}
+              testid="new-admin-token"
+              label="Copy token"
+            />
             <p class="muted" style="margin-bottom:0">
               Use it with the CLI:{" "}
               <code class="mono">

@@ -7,6 +7,7 @@
  * then redirect back (a new endpoint's secret is shown in the answer to
  * its post, once). Another tenant's page is 404.
  */
+import { SecretValue } from "../components/secret.tsx";
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import {
   AlertList,
@@ -15,9 +16,7 @@ import {
   DeliveryLog,
   WebhookList,
 } from "../components/budgets.tsx";
-import { Island } from "../components/Island.tsx";
 import { Alert, Card, Field, PostForm } from "../components/ui.tsx";
-import CopyButton from "../islands/CopyButton.tsx";
 import { listApiKeys } from "../store/api_keys.ts";
 import {
   acknowledgeAlert,
@@ -118,16 +117,11 @@ async function tenantView(c: C, flash: Flash, status: 200 | 400 | 409 = 200) {
               delivery's <code>Orchard-Signature</code> header with it.
             </Alert>
             <p class="mono wrap">{flash.secret.url}</p>
-            <div class="row" style="align-items:center">
-              <code class="secret" data-testid="webhook-secret">
-                {flash.secret.value}
-              </code>
-              <Island
-                name="CopyButton"
-                component={CopyButton}
-                props={{ text: flash.secret.value, label: "Copy secret" }}
-              />
-            </div>
+            <SecretValue
+              value={flash.secret.value}
+              testid="webhook-secret"
+              label="Copy secret"
+            />
           </Card>
         )}
         <Card title="Budgets this month" id="budgets">

@@ -6,6 +6,7 @@
  * request log. Posts are POST/redirect/GET with a one-time flash; errors
  * render the page with what was typed.
  */
+import { SecretValue } from "../components/secret.tsx";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { Island } from "../components/Island.tsx";
@@ -19,7 +20,6 @@ import {
 } from "../components/ui.tsx";
 import { fmtInt, fmtMs, Stats } from "../components/dashboard.tsx";
 import ConfirmSubmit from "../islands/ConfirmSubmit.tsx";
-import CopyButton from "../islands/CopyButton.tsx";
 import {
   type ApiKeyView,
   getApiKey,
@@ -127,16 +127,11 @@ async function view(
             <Alert tone="warn">
               Copy this key now. It is shown only once and cannot be recovered.
             </Alert>
-            <div class="row" style="align-items:center">
-              <code class="secret" id="secret-value" data-testid="new-key">
-                {flash.newKey.key}
-              </code>
-              <Island
-                name="CopyButton"
-                component={CopyButton}
-                props={{ text: flash.newKey.key, label: "Copy key" }}
-              />
-            </div>
+            <SecretValue
+              value={flash.newKey.key}
+              testid="new-key"
+              label="Copy key"
+            />
           </Card>
         )}
         <Card title="Usage, last 30 days" id="usage">

@@ -4,6 +4,7 @@
  * section) with a one-time flash (routes/_flash.tsx); errors, which change
  * nothing, render the page directly with what was typed.
  */
+import { SecretValue } from "../components/secret.tsx";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { Island } from "../components/Island.tsx";
@@ -195,16 +196,11 @@ async function view(
                 Copy this key now. It is shown only once and cannot be
                 recovered; create a new one if it is lost.
               </Alert>
-              <div class="row" style="align-items:center">
-                <code class="secret" id="secret-value" data-testid="new-key">
-                  {flash.newKey.key}
-                </code>
-                <Island
-                  name="CopyButton"
-                  component={CopyButton}
-                  props={{ text: flash.newKey.key, label: "Copy key" }}
-                />
-              </div>
+              <SecretValue
+                value={flash.newKey.key}
+                testid="new-key"
+                label="Copy key"
+              />
             </section>
           )}
           <Table
