@@ -7,7 +7,6 @@
  * Screenshots go to test-artifacts/.
  */
 import assert from "node:assert/strict";
-import type { Page } from "playwright-core";
 import { testConfig } from "../config.ts";
 import { buildIslands } from "../lib/islands_build.ts";
 import { startNodeWorker } from "../node/worker.ts";
@@ -23,29 +22,12 @@ import { createTenant } from "../store/tenants.ts";
 import { usageReport } from "../store/usage_report.ts";
 import { createUser } from "../store/users.ts";
 import { verifySignature } from "../store/webhooks.ts";
-import { ARTIFACTS, launchBrowser } from "./_browser.ts";
+import { ARTIFACTS, fitsWidth, launchBrowser, signIn } from "./_browser.ts";
 import { startFakeUpstream, until } from "./_fleet.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 
 const PASSWORD = "a very long password";
-
-async function signIn(page: Page, base: string, email: string) {
-  await page.goto(`${base}/login`);
-  await page.fill("#f-email", email);
-  await page.fill("#f-password", PASSWORD);
-  await page.click("button[type=submit]");
-  await page.waitForURL((u) => !u.pathname.startsWith("/login"));
-}
-
-/** The page fits its viewport's width (tables scroll inside their own box). */
-async function fitsWidth(page: Page): Promise<void> {
-  const [scroll, width] = await page.evaluate(() => [
-    document.documentElement.scrollWidth,
-    globalThis.innerWidth,
-  ]);
-  assert.ok(scroll <= width + 1, `page is ${scroll} px wide in ${width}`);
-}
 
 Deno.test({
   name:
@@ -147,7 +129,7 @@ Deno.test({
       const budgets = `${base}/tenants/${tenant.id}/budgets`;
 
       // The provider sets the tenant's money budget (1366 px).
-      await signIn(wide, base, "ops@orchard.test");
+      await signIn(wide, base, "ops@orchard.test", PASSWORD);
       await wide.goto(budgets);
       await wide.selectOption("#tb-unit", "money");
       await wide.fill("#tb-amount", "0.05");
@@ -160,7 +142,7 @@ Deno.test({
       );
 
       // The tenant's admin (390 px): a hard token budget on the key, and a webhook.
-      await signIn(narrow, base, "admin@acme.test");
+      await signIn(narrow, base, "admin@acme.test", PASSWORD);
       await narrow.goto(budgets);
       await fitsWidth(narrow);
       assert.equal(await narrow.$("#tenant-budget-form"), null);

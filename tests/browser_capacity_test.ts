@@ -5,26 +5,17 @@
  * the exports download. Screenshots go to test-artifacts/screenshots/.
  */
 import assert from "node:assert/strict";
-import type { Page } from "playwright-core";
 import { buildIslands } from "../lib/islands_build.ts";
 import { capacityReport } from "../store/capacity.ts";
 import { formatMoney } from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { fmtShare } from "../components/capacity.tsx";
-import { ARTIFACTS, launchBrowser } from "./_browser.ts";
+import { ARTIFACTS, fitsWidth, launchBrowser, signIn } from "./_browser.ts";
 import { createWorld } from "./_helpers.ts";
 import { seedCapacity } from "./fixtures/capacity_seed.ts";
 
 const SHOTS = `${ARTIFACTS}screenshots/`;
-
-async function signIn(page: Page, base: string, password: string) {
-  await page.goto(`${base}/login`);
-  await page.fill("#f-email", "root@example.com");
-  await page.fill("#f-password", password);
-  await page.click("button[type=submit]");
-  await page.waitForURL((u) => !u.pathname.startsWith("/login"));
-}
 
 Deno.test({
   name:
@@ -68,7 +59,7 @@ Deno.test({
           isMobile: mobile,
         });
         page.on("pageerror", (e) => errors.push(String(e)));
-        await signIn(page, base, w.password);
+        await signIn(page, base, "root@example.com", w.password);
         await page.goto(`${base}/capacity`);
         // the figures move with the clock (the hour under way): the page
         // shows the report as of some moment between these two
@@ -119,11 +110,7 @@ Deno.test({
         assert.ok(
           Number(await page.getAttribute("#chart-busy", "data-points")) > 24,
         );
-        const [scroll, inner] = await page.evaluate(() => [
-          document.documentElement.scrollWidth,
-          globalThis.innerWidth,
-        ]);
-        assert.ok(scroll <= inner + 1, `page is ${scroll} px wide in ${inner}`);
+        await fitsWidth(page);
         await page.screenshot({
           path: `${SHOTS}capacity-${width}.png`,
           fullPage: true,

@@ -13,7 +13,7 @@ import { createJoinToken } from "../store/join_tokens.ts";
 import { enrollNode, getNode } from "../store/nodes.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createTenant, getTenant } from "../store/tenants.ts";
-import { ARTIFACTS, launchBrowser } from "./_browser.ts";
+import { ARTIFACTS, launchBrowser, signIn } from "./_browser.ts";
 import { createWorld, type TestWorld } from "./_helpers.ts";
 
 const VIEWPORTS = [
@@ -24,14 +24,6 @@ const VIEWPORTS = [
 async function keysNamed(w: TestWorld, tenantId: string, name: string) {
   const keys = await listApiKeys(w.store, SYSTEM, tenantId, { limit: 100 });
   return keys.items.filter((k) => k.name === name).length;
-}
-
-async function signIn(page: Page, base: string, password: string) {
-  await page.goto(`${base}/login`);
-  await page.fill("#f-email", "root@example.com");
-  await page.fill("#f-password", password);
-  await page.click("button[type=submit]");
-  await page.waitForURL(`${base}/tenants`);
 }
 
 /** Waits for the page's load event: island scripts (modules) have run by then. */
@@ -85,7 +77,7 @@ Deno.test({
         const page = await ctx.newPage();
         const errors: string[] = [];
         page.on("pageerror", (e) => errors.push(String(e)));
-        await signIn(page, base, w.password);
+        await signIn(page, base, "root@example.com", w.password);
         const tenantUrl = `${base}/tenants/${tenant.id}`;
 
         // 1. Create a key, then reload: still one key, the secret not shown again.
@@ -253,7 +245,7 @@ Deno.test({
           javaScriptEnabled: false,
         });
         const p2 = await nojs.newPage();
-        await signIn(p2, base, w.password);
+        await signIn(p2, base, "root@example.com", w.password);
         await p2.goto(`${base}/nodes`);
         await p2.click(`${row} button[data-action=drain]`);
         await p2.waitForSelector("h1:has-text('Drain mac-')");

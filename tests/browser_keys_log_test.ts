@@ -9,7 +9,6 @@
  * CSV and JSON. Screenshots go to test-artifacts/.
  */
 import assert from "node:assert/strict";
-import type { Page } from "playwright-core";
 import { testConfig } from "../config.ts";
 import { buildIslands } from "../lib/islands_build.ts";
 import { startNodeWorker } from "../node/worker.ts";
@@ -22,29 +21,12 @@ import { SYSTEM } from "../store/principal.ts";
 import { createStore } from "../store/store.ts";
 import { createTenant } from "../store/tenants.ts";
 import { createUser } from "../store/users.ts";
-import { ARTIFACTS, launchBrowser } from "./_browser.ts";
+import { ARTIFACTS, fitsWidth, launchBrowser, signIn } from "./_browser.ts";
 import { startFakeUpstream, until } from "./_fleet.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 
 const PASSWORD = "a very long password";
-
-async function signIn(page: Page, base: string, email: string) {
-  await page.goto(`${base}/login`);
-  await page.fill("#f-email", email);
-  await page.fill("#f-password", PASSWORD);
-  await page.click("button[type=submit]");
-  await page.waitForURL((u) => !u.pathname.startsWith("/login"));
-}
-
-/** The page fits its viewport's width (tables scroll inside their own box). */
-async function fitsWidth(page: Page): Promise<void> {
-  const [scroll, width] = await page.evaluate(() => [
-    document.documentElement.scrollWidth,
-    globalThis.innerWidth,
-  ]);
-  assert.ok(scroll <= width + 1, `page is ${scroll} px wide in ${width}`);
-}
 
 Deno.test({
   name:
@@ -146,8 +128,8 @@ Deno.test({
       for (const p of [wide, narrow]) {
         p.on("pageerror", (e) => errors.push(String(e)));
       }
-      await signIn(wide, base, "admin@acme.test");
-      await signIn(narrow, base, "admin@acme.test");
+      await signIn(wide, base, "admin@acme.test", PASSWORD);
+      await signIn(narrow, base, "admin@acme.test", PASSWORD);
 
       // Rotate at 1366 px with a 1 hour grace: the new secret once, a reload rotates nothing.
       await wide.goto(`${base}/tenants/${tenant.id}`);
