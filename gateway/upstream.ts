@@ -279,7 +279,7 @@ export class Upstream {
       }
       if (res.status !== 200) throw await nodeError(res, o.maxEventBytes);
       if (!done) {
-        const reader = new SSEReader(res.body(), this.#sse);
+        const reader = new SSEReader(res.reader(), this.#sse);
         let first: string | null = null;
         try {
           first = await reader.next(

@@ -1,22 +1,26 @@
 /**
- * A keep-alive HTTP/1.1 client for the gateway's calls to its nodes.
+ * A keep-alive HTTP/1.1 client for the gateway's calls to its nodes and a
+ * node's calls to the engine it fronts.
  *
  * Written here, not taken from a library: Deno's `fetch` costs ~100 µs of
  * CPU a request more than this at 500 req/s (Request, Headers, AbortSignal
  * and stream objects, and its pool's task wake-ups: measured as a whole
  * proxy, 200–285 against 115–165 µs a request), and that was most of the
- * gateway's cost over a bare pass-through proxy. The npm clients (undici,
- * got, node-fetch) run on Deno's `node:net`/`node:http` layers, slower
- * still, and Deno's standard library has no HTTP client. The peer is always
- * an Orchard node worker (`Deno.serve`, hyper), so the subset needed is
- * small: one request at a time per connection, `content-length` request
- * bodies, responses framed by `content-length`, chunked encoding or the
- * connection's end, 1xx responses skipped, no redirects followed.
+ * gateway's cost over a bare pass-through proxy; reading a stream through
+ * `fetch`'s body cost a node ~200 µs more a stream. The npm clients
+ * (undici, got, node-fetch) run on Deno's `node:net`/`node:http` layers,
+ * slower still, and Deno's standard library has no HTTP client. The peers
+ * are an Orchard node worker (`Deno.serve`, hyper) or an engine's server
+ * (aiohttp, Python's http.server, cpp-httplib, Go's net/http, uvicorn), so
+ * the subset needed is small: one request at a time per connection,
+ * `content-length` request bodies, responses framed by `content-length`,
+ * chunked encoding or the connection's end (HTTP/1.0 servers), 1xx
+ * responses skipped, no redirects followed.
  *
  * Connections are pooled per origin and reused once a response was read
- * to its end; a request on a reused connection that the node closed while
- * idle (nothing of a response read yet) is sent again on a new connection,
- * once. Aborting the signal closes the connection.
+ * to its end; a request on a reused connection that the server closed
+ * while idle (nothing of a response read yet) is sent again on a new
+ * connection, once. Aborting the signal closes the connection.
  */
 
 import { concat } from "./bytes.ts";
@@ -58,6 +62,12 @@ export class Http1Headers {
   get(name: string): string | null {
     return this.#map.get(name.toLowerCase()) ?? null;
   }
+}
+
+/** A body's reader: the part of `ReadableStreamDefaultReader` that readers of bytes use. */
+export interface ByteReader {
+  read(): Promise<ReadableStreamReadResult<Uint8Array>>;
+  cancel(reason?: unknown): Promise<void>;
 }
 
 /** A response; its body is read once, with `text()`, `body()` or `cancel()`. */
@@ -133,20 +143,51 @@ export class Http1Response {
 
   /** The body as a byte stream (cancelling it closes the connection). */
   body(): ReadableStream<Uint8Array> {
-    this.#take();
+    const reader = this.reader();
     return new ReadableStream<Uint8Array>({
       pull: async (ctl) => {
         try {
-          const part = await this.#next();
-          if (part === null) ctl.close();
-          else ctl.enqueue(part);
+          const r = await reader.read();
+          if (r.done) ctl.close();
+          else ctl.enqueue(r.value);
         } catch (e) {
-          this.#fail();
-          ctl.error(this.#why(e));
+          ctl.error(e);
         }
       },
-      cancel: () => this.cancel(),
+      cancel: () => reader.cancel(),
     }, { highWaterMark: 0 });
+  }
+
+  /**
+   * The body's pieces with a stream reader's `read` and `cancel`, without
+   * a ReadableStream under them: what an SSEReader reads. A stream costs a
+   * promise chain and its controller per piece, which relays of short
+   * streams paid per request. As with a stream, a read in progress when
+   * `cancel` is called resolves as the end; `cancel` closes the
+   * connection unless the body was read to its end.
+   */
+  reader(): ByteReader {
+    this.#take();
+    let cancelled = false;
+    return {
+      read: async () => {
+        try {
+          const value = cancelled ? null : await this.#next();
+          return value === null
+            ? { done: true, value: undefined }
+            : { done: false, value };
+        } catch (e) {
+          if (cancelled) return { done: true, value: undefined };
+          this.#fail();
+          throw this.#why(e);
+        }
+      },
+      cancel: () => {
+        cancelled = true;
+        this.cancel();
+        return Promise.resolve();
+      },
+    };
   }
 
   /** Stops reading: the connection is closed unless the body was read to its end. */
@@ -334,7 +375,7 @@ export class Http1Client {
       } catch (e) {
         release(false);
         if (signal?.aborted) throw signal.reason;
-        // A reused connection the node closed while it sat idle: nothing of
+        // A reused connection the server closed while it sat idle: nothing of
         // a response came, so the request was not served; send it again.
         if (reused && attempt === 0 && conn.received === received) continue;
         throw e;
@@ -386,7 +427,7 @@ export class Http1Client {
 
   #release(c: Connection): void {
     if (c.closed || c.start !== c.end) {
-      c.close(); // bytes past the response: the node is not speaking HTTP/1.1 as we know it
+      c.close(); // bytes past the response: the server is not speaking HTTP/1.1 as we know it
       return;
     }
     let list = this.#idle.get(c.origin.key);
@@ -448,7 +489,7 @@ export class Http1Client {
     for (;;) {
       const { minor, status, headers } = await readHead(c, this.#maxHead);
       if (status < 200) {
-        if (status === 101) throw malformed("the node switched protocols");
+        if (status === 101) throw malformed("the server switched protocols");
         continue; // 100 Continue, 103 Early Hints: the real head follows
       }
       const framing = framingOf(status, headers);

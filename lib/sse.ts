@@ -215,12 +215,21 @@ const setTimeoutRace: Race = <T>(p: Promise<T>, ms: number) =>
   });
 
 /**
+ * Where an `SSEReader` reads bytes: a stream's reader, or anything with
+ * its `read` and `cancel` (lib/http1_client.ts's response reader).
+ */
+export interface ByteSource {
+  read(): Promise<ReadableStreamReadResult<Uint8Array>>;
+  cancel(reason?: unknown): Promise<void>;
+}
+
+/**
  * Pulls events out of a byte stream; each read may race a timeout. A read
  * that timed out stays pending and is awaited by the next call, so no chunk
  * is lost when a caller treats a timeout as "not yet".
  */
 export class SSEReader {
-  readonly #reader: ReadableStreamDefaultReader<Uint8Array>;
+  readonly #reader: ByteSource;
   readonly #parser: SSEParser;
   readonly #race: Race;
   readonly #peer: string;
@@ -229,7 +238,7 @@ export class SSEReader {
   bytes = 0;
 
   constructor(
-    body: ReadableStream<Uint8Array> | ReadableStreamDefaultReader<Uint8Array>,
+    body: ReadableStream<Uint8Array> | ByteSource,
     opts: SSEReaderOptions = {},
   ) {
     this.#reader = body instanceof ReadableStream ? body.getReader() : body;
@@ -326,7 +335,7 @@ export class SSEReader {
  * is cancelled when the loop ends, early or not.
  */
 export async function* sseData(
-  body: ReadableStream<Uint8Array> | ReadableStreamDefaultReader<Uint8Array>,
+  body: ReadableStream<Uint8Array> | ByteSource,
   opts: SSEOptions = {},
 ): AsyncGenerator<string> {
   const reader = new SSEReader(body, opts);

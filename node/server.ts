@@ -114,7 +114,10 @@ async function readBody(req: Request, max: number): Promise<OpenAIBody> {
 
 /**
  * Calls `done` when the response body has been sent or cancelled, and
- * `cancelled` first when it was cancelled (its reader went away).
+ * `cancelled` first when it was cancelled (its reader went away). A body
+ * that is not an event stream is whole already (engines answer JSON once
+ * generated): it is done at once, not wrapped (a wrapper reads it through a
+ * stream reader, ~100 µs a request).
  */
 function track(
   res: Response,
@@ -122,7 +125,10 @@ function track(
   cancelled: () => void,
   firstChunk: () => void = () => {},
 ): Response {
-  if (!res.body) {
+  if (
+    !res.body ||
+    !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")
+  ) {
     firstChunk();
     done();
     return res;

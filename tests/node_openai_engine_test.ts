@@ -4,6 +4,7 @@ import {
   createOpenAIEngine,
   type OpenAIEngineOptions,
 } from "../node/engines/openai.ts";
+import { parseSSE } from "../lib/sse.ts";
 import { readSse, startFakeUpstream, until } from "./_fleet.ts";
 import {
   writeHubSnapshot,
@@ -105,7 +106,7 @@ Deno.test("openai engine reuses its upstream connection across streams: one TCP 
     // The next request comes once the body's end has come (here, 20 ms).
     await new Promise((r) => setTimeout(r, 40));
   }
-  // The upstream body's end is read after its [DONE], so fetch keeps the
+  // The upstream body's end is read after its [DONE], so the client keeps the
   // connection; cancelling the body first closed it each time.
   assert.equal(t.up.peers.size, 1);
 });
@@ -747,4 +748,159 @@ Deno.test("openai engine takes its slots from llama-server's /props, else 16, an
   }
   await using w = await setup(); // Exo: no /props
   assert.equal(w.engine.stats().slots, 16);
+});
+
+/**
+ * An upstream speaking as Python's `http.server` does (mlx_lm.server runs
+ * on it): HTTP/1.0, JSON with a content-length, streams framed by the
+ * connection's end, one connection per request. `release` lets a stream's
+ * rest go after its first event.
+ */
+function startHttp10Upstream() {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let release = Promise.withResolvers<void>();
+  let connections = 0;
+  const enc = new TextEncoder();
+  const event = (content: string | null, finish: string | null) =>
+    `data: ${
+      JSON.stringify({
+        id: "chatcmpl-10",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "mlx-model",
+        choices: [{
+          index: 0,
+          delta: content === null ? {} : { content },
+          finish_reason: finish,
+        }],
+      })
+    }\n\n`;
+  const serve = async (conn: Deno.Conn) => {
+    connections++;
+    const buf = new Uint8Array(65536);
+    let text = "";
+    try {
+      // The head, then the body by its content-length.
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) return;
+        text += new TextDecoder().decode(buf.subarray(0, n));
+        const end = text.indexOf("\r\n\r\n");
+        if (end < 0) continue;
+        const len = Number(/content-length: (\d+)/i.exec(text)?.[1] ?? 0);
+        if (text.length - end - 4 >= len) break;
+      }
+      const [line] = text.split("\r\n");
+      const body = text.slice(text.indexOf("\r\n\r\n") + 4);
+      const write = (s: string) => conn.write(enc.encode(s));
+      if (line!.startsWith("GET /v1/models")) {
+        const json = JSON.stringify({
+          object: "list",
+          data: [{ id: "mlx-model", object: "model" }],
+        });
+        await write(
+          `HTTP/1.0 200 OK\r\nServer: BaseHTTP/0.6 Python/3.12\r\nContent-Type: application/json\r\nContent-Length: ${json.length}\r\n\r\n${json}`,
+        );
+      } else if (JSON.parse(body).stream === true) {
+        await write(
+          "HTTP/1.0 200 OK\r\nServer: BaseHTTP/0.6 Python/3.12\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n",
+        );
+        await write(event("Hello", null));
+        await release.promise;
+        release = Promise.withResolvers<void>();
+        await write(event(" world", null) + event(null, "stop"));
+        await write("data: [DONE]\n\n");
+      } else {
+        const json = JSON.stringify({
+          id: "chatcmpl-10",
+          object: "chat.completion",
+          created: 1,
+          model: "mlx-model",
+          choices: [{
+            index: 0,
+            message: { role: "assistant", content: "pong" },
+            finish_reason: "stop",
+          }],
+          usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+        });
+        await write(
+          `HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${json.length}\r\n\r\n${json}`,
+        );
+      }
+    } catch {
+      /* the client went away */
+    } finally {
+      conn.close();
+    }
+  };
+  (async () => {
+    for await (const conn of listener) serve(conn);
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+    get connections() {
+      return connections;
+    },
+    release: () => release.resolve(),
+    close: () => listener.close(),
+  };
+}
+
+Deno.test("openai engine fronts an HTTP/1.0 server that frames streams by closing the connection (Python's http.server, as mlx_lm.server runs it): text arrives as it is sent", async () => {
+  const up = startHttp10Upstream();
+  const engine = createOpenAIEngine({
+    upstreamUrl: up.url,
+    tokenizerSearch: NO_TOKENIZERS,
+  });
+  try {
+    await engine.start();
+    assert.deepEqual(await engine.models(), [
+      { id: "mlx-model", loaded: true, kind: "chat" },
+    ]);
+    const res = await engine.chatCompletions({
+      model: "mlx-model",
+      stream: true,
+      messages: [{ role: "user", content: "hi" }],
+    }, signal());
+    assert.equal(res.status, 200);
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    // The first event comes while the upstream holds the rest back.
+    let text = "";
+    while (!text.includes("Hello")) {
+      const r = await reader.read();
+      assert.ok(!r.done, "the stream ended before its first event");
+      text += r.value;
+    }
+    assert.ok(!text.includes("world"));
+    up.release();
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) break;
+      text += r.value;
+    }
+    const data = parseSSE(text).map((e) => e.data);
+    assert.equal(data.at(-1), "[DONE]");
+    const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
+    assert.equal(
+      chunks.map((c) => c.choices[0]?.delta?.content ?? "").join(""),
+      "Hello world",
+    );
+    assert.equal(chunks.at(-2).choices[0].finish_reason, "stop");
+    assert.deepEqual(chunks.at(-1).choices, []);
+    assert.equal(chunks.at(-1).usage.orchard_usage, "estimated");
+    // Non-stream on the same upstream; each request had its own connection.
+    const before = up.connections;
+    const json = await engine.chatCompletions({
+      model: "mlx-model",
+      messages: [{ role: "user", content: "ping" }],
+    }, signal());
+    assert.equal(json.status, 200);
+    const body = await json.json();
+    assert.equal(body.choices[0].message.content, "pong");
+    assert.equal(body.usage.total_tokens, 4);
+    assert.equal(up.connections, before + 1);
+  } finally {
+    await engine.close();
+    up.close();
+  }
 });

@@ -16,6 +16,7 @@
  * an OpenAI error, and logprobs it does not send come back null (with an
  * `x-orchard-logprobs: missing` header or an SSE comment) rather than made up.
  */
+import { Http1Client, type Http1Response } from "../../lib/http1_client.ts";
 import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import type {
@@ -89,22 +90,23 @@ const DEFAULT_SLOTS = 16;
  * `GET /props` (`total_slots`, its `--parallel`). Null when it does not say.
  */
 async function engineSlots(
+  client: Http1Client,
   base: string,
-  headers: Headers,
+  headers: Record<string, string>,
   life: AbortSignal,
 ): Promise<number | null> {
   const root = base.replace(/\/v1$/, "");
   try {
-    const res = await fetch(`${root}/props`, {
+    const res = await client.request(root, "/props", {
+      method: "GET",
       headers,
       signal: AbortSignal.any([life, AbortSignal.timeout(5000)]),
-      redirect: "manual",
     });
-    if (!res.ok) {
-      await res.body?.cancel();
+    if (!ok(res)) {
+      res.cancel();
       return null;
     }
-    const props = await res.json() as { total_slots?: unknown };
+    const props = await json(res) as { total_slots?: unknown };
     const n = props.total_slots;
     return typeof n === "number" && Number.isInteger(n) && n >= 1 && n <= 256
       ? n
@@ -113,6 +115,10 @@ async function engineSlots(
     return null;
   }
 }
+
+const ok = (res: Http1Response) => res.status >= 200 && res.status < 300;
+const json = async (res: Http1Response): Promise<unknown> =>
+  JSON.parse(await res.text());
 
 /** Creates the engine (call `start()` before use). */
 export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
@@ -144,23 +150,25 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   let closed = false;
   const life = new AbortController();
 
-  function headers(): Headers {
-    const h = new Headers({ "content-type": "application/json" });
-    if (opts.apiKey) h.set("authorization", `Bearer ${opts.apiKey}`);
-    return h;
-  }
+  // The gateway's HTTP/1.1 client (lib/http1_client.ts), not fetch: per
+  // request it costs the node ~200 µs of CPU less at 200 streams/s (a
+  // stream's pieces reach the SSE reader without a ReadableStream under
+  // them), and every engine fronted here speaks HTTP/1.1.
+  const client = new Http1Client();
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
+  };
 
   function post(
     path: string,
     body: unknown,
     signal: AbortSignal,
-  ): Promise<Response> {
-    return fetch(base + path, {
-      method: "POST",
-      headers: headers(),
+  ): Promise<Http1Response> {
+    return client.request(base, path, {
+      headers,
       body: JSON.stringify(body),
       signal,
-      redirect: "manual",
     });
   }
 
@@ -181,25 +189,25 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
         AbortSignal.timeout(probeTimeoutMs),
       ]);
       const res = await post(path, body, signal).catch(() => null);
-      await res?.body?.cancel();
-      if (res?.ok) return kind;
+      res?.cancel();
+      if (res && ok(res)) return kind;
     }
     return null;
   }
 
   async function discover(): Promise<void> {
-    const res = await fetch(base + "/models", {
-      headers: headers(),
+    const res = await client.request(base, "/models", {
+      method: "GET",
+      headers,
       signal: AbortSignal.any([life.signal, AbortSignal.timeout(10_000)]),
-      redirect: "manual",
     });
-    if (!res.ok) {
-      await res.body?.cancel();
+    if (!ok(res)) {
+      res.cancel();
       throw new Error(`GET /v1/models answered ${res.status}`);
     }
-    const json = await res.json() as { data?: unknown };
+    const listing = await json(res) as { data?: unknown };
     const entries = new Map<string, Json>();
-    for (const m of Array.isArray(json.data) ? json.data : []) {
+    for (const m of Array.isArray(listing.data) ? listing.data : []) {
       const e = (m ?? {}) as Json;
       if (typeof e.id === "string" && e.id.length > 0 && !entries.has(e.id)) {
         entries.set(e.id, e);
@@ -368,14 +376,14 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
           headers: { "retry-after": "1" },
         });
       });
-      if (!res.ok) throw await upstreamError(res);
+      if (!ok(res)) throw await upstreamError(res);
       const asked = askedOf(body, kind);
-      if (!stream || !res.body) {
-        const json = await res.json();
+      if (!stream) {
+        const answer = await json(res) as Json;
         // the tokenizer is loaded only when the upstream reports no usage
-        const counter = hasUsage(json) ? ESTIMATOR : await counterOf(model);
+        const counter = hasUsage(answer) ? ESTIMATOR : await counterOf(model);
         const { body: out, usage, basis, logprobsMissing } =
-          normaliseCompletion(json, kind, model, body, asked, counter);
+          normaliseCompletion(answer, kind, model, body, asked, counter);
         meter.add(usage.completion_tokens);
         const h: Record<string, string> = {};
         if (basis) h["x-orchard-usage"] = basis;
@@ -385,7 +393,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       const done = release;
       release = undefined; // the stream releases the slot when it ends
       let counted = 0;
-      const sse = normaliseStream(res.body, {
+      const sse = normaliseStream(res.reader(), {
         kind,
         model,
         request: body,
@@ -423,7 +431,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
         throw new Error(`Cannot start the openai engine: ${health.detail}`);
       }
       if (opts.slots === undefined) {
-        const reported = await engineSlots(base, headers(), life.signal);
+        const reported = await engineSlots(client, base, headers, life.signal);
         if (reported !== null) {
           limiter.resize(reported, opts.maxQueue ?? 4 * reported);
           log.info("slots from the engine", { slots: reported });
@@ -458,10 +466,13 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
             "Engine unreachable",
           );
         });
-        if (!res.ok) throw await upstreamError(res);
-        const json = await res.json() as { data?: unknown[]; usage?: unknown };
+        if (!ok(res)) throw await upstreamError(res);
+        const answer = await json(res) as {
+          data?: unknown[];
+          usage?: unknown;
+        };
         const base64 = body.encoding_format === "base64";
-        const data = (json.data ?? []).map((d, i) => {
+        const data = (answer.data ?? []).map((d, i) => {
           const e = d as { index?: number; embedding?: number[] };
           const vec = Array.isArray(e.embedding) ? e.embedding : [];
           return {
@@ -470,7 +481,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
             embedding: base64 ? toBase64(vec) : vec,
           };
         });
-        const u = normaliseUsage(json.usage);
+        const u = normaliseUsage(answer.usage);
         const counter = u ? null : await counterOf(model);
         const p = u?.prompt_tokens ?? counter!.prompt(body, "embedding");
         return Response.json({
@@ -505,6 +516,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       closed = true;
       clearTimeout(timer);
       life.abort();
+      client.closeIdle();
       return Promise.resolve();
     },
   };

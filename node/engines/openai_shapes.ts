@@ -74,8 +74,12 @@ export function normaliseUsage(v: unknown): Usage | null {
 }
 
 /** An OpenAI error from an upstream error response (any of the common shapes). */
-export async function upstreamError(res: Response): Promise<OpenAIError> {
-  const text = await res.text().catch(() => "");
+export async function upstreamError(res: {
+  status: number;
+  headers: { get(name: string): string | null };
+  text(max?: number): Promise<string>;
+}): Promise<OpenAIError> {
+  const text = await res.text(64 * 1024).catch(() => "");
   let body: Json | null = null;
   try {
     body = obj(JSON.parse(text));

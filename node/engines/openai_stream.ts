@@ -17,7 +17,13 @@ import {
   ToolCallDeltas,
   toolFinishReason,
 } from "../../lib/openai_tool_calls.ts";
-import { sseComment, SSEError, sseFrame, SSEReader } from "../../lib/sse.ts";
+import {
+  type ByteSource,
+  sseComment,
+  SSEError,
+  sseFrame,
+  SSEReader,
+} from "../../lib/sse.ts";
 import {
   type Asked,
   choiceLogprobs,
@@ -181,7 +187,7 @@ const DRAIN_MS = 100;
  * one run in six here, with Deno 2.9.6).
  */
 export function normaliseStream(
-  upstream: ReadableStream<Uint8Array>,
+  upstream: ReadableStream<Uint8Array> | ByteSource,
   req: StreamRequest,
   hooks: StreamHooks,
   signal?: AbortSignal,
