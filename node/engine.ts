@@ -113,3 +113,69 @@ export interface Engine {
   /** Stops the engine and frees everything; idempotent. */
   close(): Promise<void>;
 }
+
+/** What the node's server learns of a streamed answer as it is sent. */
+export interface BodyWatcher {
+  /** Its first piece went out. */
+  first(): void;
+  /** Whoever read it went away before its end (called before `done`). */
+  cancelled(): void;
+  /** It ended: read to its end, failed or cancelled. */
+  done(): void;
+}
+
+/**
+ * A stream an engine made itself reports its first piece, its end and its
+ * cancellation here, and the server watches it through `watchBody` instead
+ * of reading it through a wrapping stream (~50–80 µs a stream, a fifth of
+ * what streaming added to a node's CPU). What happens before the server
+ * attaches is replayed to it.
+ */
+export class StreamWatch {
+  #watcher: BodyWatcher | null = null;
+  #first = false;
+  #cancelled = false;
+  #done = false;
+
+  first(): void {
+    if (this.#first) return;
+    this.#first = true;
+    this.#watcher?.first();
+  }
+
+  cancelled(): void {
+    if (this.#cancelled || this.#done) return;
+    this.#cancelled = true;
+    this.#watcher?.cancelled();
+  }
+
+  done(): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#watcher?.done();
+  }
+
+  attach(w: BodyWatcher): void {
+    this.#watcher = w;
+    if (this.#first) w.first();
+    if (this.#cancelled) w.cancelled();
+    if (this.#done) w.done();
+  }
+}
+
+const watches = new WeakMap<Response, StreamWatch>();
+
+/** Marks `res` as reporting to `watch` (see StreamWatch). */
+export function watchedResponse(res: Response, watch: StreamWatch): Response {
+  watches.set(res, watch);
+  return res;
+}
+
+/** Attaches `w` to the response's StreamWatch; false when it has none (then the server wraps its body). */
+export function watchBody(res: Response, w: BodyWatcher): boolean {
+  const watch = watches.get(res);
+  if (!watch) return false;
+  watches.delete(res);
+  watch.attach(w);
+  return true;
+}

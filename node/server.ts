@@ -12,7 +12,7 @@ import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
 import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
 import { log } from "../lib/log.ts";
 import { type GatewayVerifier, requireGateway } from "./auth.ts";
-import type { Engine, OpenAIBody } from "./engine.ts";
+import { type Engine, type OpenAIBody, watchBody } from "./engine.ts";
 import { InFlight } from "./in_flight.ts";
 
 /** Drain bookkeeping shared by the server and the heartbeat. */
@@ -117,7 +117,9 @@ async function readBody(req: Request, max: number): Promise<OpenAIBody> {
  * `cancelled` first when it was cancelled (its reader went away). A body
  * that is not an event stream is whole already (engines answer JSON once
  * generated): it is done at once, not wrapped (a wrapper reads it through a
- * stream reader, ~100 µs a request).
+ * stream reader, ~100 µs a request). A stream an engine watches itself
+ * (engine.ts `StreamWatch`) reports to these hooks; any other is read
+ * through a wrapping stream.
  */
 function track(
   res: Response,
@@ -133,6 +135,7 @@ function track(
     done();
     return res;
   }
+  if (watchBody(res, { first: firstChunk, cancelled, done })) return res;
   const reader = res.body.getReader();
   let first = true;
   const body = new ReadableStream<Uint8Array>({

@@ -19,11 +19,13 @@
 import { Http1Client, type Http1Response } from "../../lib/http1_client.ts";
 import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../lib/openai_errors.ts";
-import type {
-  Engine,
-  EngineModel,
-  EngineStats,
-  OpenAIBody,
+import {
+  type Engine,
+  type EngineModel,
+  type EngineStats,
+  type OpenAIBody,
+  StreamWatch,
+  watchedResponse,
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "./_load.ts";
 import {
@@ -392,6 +394,7 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
       }
       const done = release;
       release = undefined; // the stream releases the slot when it ends
+      const watch = new StreamWatch();
       let counted = 0;
       const sse = normaliseStream(res.reader(), {
         kind,
@@ -407,14 +410,20 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
         onEnd(usage) {
           if (usage) meter.add(usage.completion_tokens - counted);
           done();
+          watch.done();
         },
+        onFirst: () => watch.first(),
+        onCancel: () => watch.cancelled(),
       }, signal); // aborted: the upstream request closes as its slot is freed
-      return new Response(sse, {
-        headers: {
-          "content-type": "text/event-stream",
-          "cache-control": "no-cache",
-        },
-      });
+      return watchedResponse(
+        new Response(sse, {
+          headers: {
+            "content-type": "text/event-stream",
+            "cache-control": "no-cache",
+          },
+        }),
+        watch,
+      );
     } catch (err) {
       if (err instanceof OpenAIError) return err.toResponse();
       throw err;

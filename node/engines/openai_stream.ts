@@ -45,6 +45,10 @@ export interface StreamHooks {
   onTokens(n: number): void;
   /** Called once at the end with the final usage (or an error). */
   onEnd(usage: Usage | null, error: OpenAIError | null): void;
+  /** Called when the first piece of the result is made. */
+  onFirst?(): void;
+  /** Called when the result is cancelled (its reader went away), before `onEnd`. */
+  onCancel?(): void;
 }
 
 interface ChoiceState {
@@ -229,10 +233,15 @@ export function normaliseStream(
    * as one chunk (one write at each hop), not one each.
    */
   let pending = "";
+  let first = true;
   const flush = (ctl: ReadableStreamDefaultController<Uint8Array>) => {
     if (pending === "") return;
     ctl.enqueue(enc.encode(pending));
     pending = "";
+    if (first) {
+      first = false;
+      hooks.onFirst?.();
+    }
   };
 
   /** Usage made here when the upstream sent none, and each choice's tokens. */
@@ -369,6 +378,7 @@ export function normaliseStream(
       }
     },
     cancel() {
+      if (!ended) hooks.onCancel?.();
       end(usage, null);
       stop();
     },
