@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
 import { parseSSE } from "../lib/sse.ts";
+import { listAudit } from "../store/audit.ts";
 import { setKeyBudget, setTenantBudget } from "../store/budgets.ts";
 import { perMillion } from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
@@ -251,6 +252,33 @@ Deno.test("on a remote KV allowing 10 checks a commit (denokv), a key and its te
     }
     assert.equal(await countReservations(w.store), 0);
     assert.ok(stats!.mostChecks <= 10, `${stats!.mostChecks} checks`);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("an admin action taken while limited traffic flows is in the audit log filtered up to now (a reservation's deadline does not date it ~11 minutes ahead)", async () => {
+  const w = await createWorld({ limits: { rpm: 100, tpm: 1_000_000 } });
+  try {
+    const res = await w.post("/v1/chat/completions", {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "hi" }],
+    });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    const { id } = await w.newKey({ name: "made during traffic" });
+    const now = Date.now();
+    const page = await listAudit(w.kv, SYSTEM, {
+      action: "key.create",
+      from: now - 60_000,
+      to: now,
+    });
+    const entry = page.items.find((e) => e.target.id === id);
+    assert.ok(
+      entry,
+      "the key's creation is missing from the audit log up to now",
+    );
+    assert.ok(Math.abs(Date.parse(entry.at) - now) < 5_000);
   } finally {
     await w.close();
   }
