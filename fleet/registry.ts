@@ -24,7 +24,7 @@ import {
   NODE_JWT_REUSE_MS,
   NODE_JWT_TTL_SECONDS,
 } from "./protocol.ts";
-import type { Fleet, NodeTarget, NodeView } from "./types.ts";
+import type { Fleet, NodeTarget, NodeView, ServedModel } from "./types.ts";
 
 /** A node's JWT, and its target while the JWT is reused (one object, not one a call). */
 interface NodeJwt {
@@ -49,6 +49,9 @@ export interface FleetRegistry extends Fleet {
   /** Stops refreshing (resolves once a refresh in progress ends); idempotent. */
   close(): Promise<void>;
 }
+
+/** How long servedModels' list is reused while no fleet read came in (ms). */
+const SERVED_TTL_MS = 250;
 
 const NO_STATS: EngineStats = {
   inFlight: 0,
@@ -82,6 +85,10 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let inflight: Promise<void> | null = null;
+  /** Fleet reads so far: what servedModels' list was built from. */
+  let generation = 0;
+  let served: { gen: number; at: number; list: readonly ServedModel[] } | null =
+    null;
 
   async function readAll(): Promise<void> {
     const r = new Map<string, NodeRecord>();
@@ -96,6 +103,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     const a = await store.kv.get<Record<string, string>>(k.modelAliases());
     records = r;
     statuses = s;
+    generation++;
     aliases = new Map(Object.entries(a.value ?? {}));
     dedicated = new Set(
       [...r.values()].map((n) => n.dedicatedTo).filter((t): t is string => !!t),
@@ -206,9 +214,28 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       return false;
     },
     servedModels() {
+      // Every request asks (to bound its prompt, to list models): built
+      // once per fleet read and SERVED_TTL_MS (node health follows the
+      // clock), not per request, which with several nodes listing dozens
+      // of models each (Exo lists every card it knows) was a map, a copy
+      // per model and a locale sort per request.
+      const now = Date.now();
+      if (
+        served && served.gen === generation && now - served.at < SERVED_TTL_MS
+      ) {
+        return served.list;
+      }
       const byId = new Map<
         string,
-        ReturnType<Fleet["servedModels"]>[number]
+        {
+          id: string;
+          aliases: string[];
+          kind: EngineModel["kind"];
+          embeddings?: boolean;
+          contextLength?: number;
+          promptOverhead?: EngineModel["promptOverhead"];
+          nodeIds: string[];
+        }
       >();
       for (const v of serving()) {
         for (const m of v.models) {
@@ -243,7 +270,15 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
         const got = byId.get(id);
         if (got && !got.aliases.includes(alias)) got.aliases.push(alias);
       }
-      return [...byId.values()].sort((a, b) => a.id.localeCompare(b.id));
+      const list: readonly ServedModel[] = Object.freeze(
+        [...byId.values()].sort((a, b) => a.id.localeCompare(b.id)).map((m) => {
+          Object.freeze(m.aliases);
+          Object.freeze(m.nodeIds);
+          return Object.freeze(m);
+        }),
+      );
+      served = { gen: generation, at: now, list };
+      return list;
     },
     resolveModel(named) {
       const model = unalias(named);

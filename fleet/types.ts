@@ -33,24 +33,31 @@ export interface NodeTarget {
 }
 
 /** The node registry as the gateway uses it. */
+/** A model some healthy, undrained node serves. */
+export interface ServedModel {
+  readonly id: string;
+  readonly aliases: readonly string[];
+  readonly kind: EngineModel["kind"];
+  /** Every serving node also embeds with this chat model. */
+  readonly embeddings?: boolean;
+  readonly contextLength?: number;
+  /** The largest template overhead its nodes report. */
+  readonly promptOverhead?: EngineModel["promptOverhead"];
+  readonly nodeIds: readonly string[];
+}
+
 export interface Fleet {
   /**
    * Healthy, undrained nodes serving `model` (an id or alias), least loaded
    * first. Empty when none can serve it.
    */
   candidates(model: string): NodeView[];
-  /** Every model (id, aliases) some healthy, undrained node serves (not those it reports `servable: false`). */
-  servedModels(): {
-    id: string;
-    aliases: string[];
-    kind: EngineModel["kind"];
-    /** Every serving node also embeds with this chat model. */
-    embeddings?: boolean;
-    contextLength?: number;
-    /** The largest template overhead its nodes report. */
-    promptOverhead?: EngineModel["promptOverhead"];
-    nodeIds: string[];
-  }[];
+  /**
+   * Every model (id, aliases) some healthy, undrained node serves (not
+   * those it reports `servable: false`). Shared between callers (the
+   * registry builds it once per fleet read, not per request): read only.
+   */
+  servedModels(): readonly ServedModel[];
   /** Every enrolled node, whatever its state (for metrics and pages). */
   nodes?(): NodeView[];
   /** Whether some enrolled node (in any state) is dedicated to the tenant. */

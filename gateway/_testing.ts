@@ -6,7 +6,12 @@
 import { affinityOf, nodeHash, rendezvous } from "./affinity.ts";
 import { type Config, testConfig } from "../config.ts";
 import { parseSSE, sseFrame } from "../lib/sse.ts";
-import type { Fleet, NodeTarget, NodeView } from "../fleet/types.ts";
+import type {
+  Fleet,
+  NodeTarget,
+  NodeView,
+  ServedModel,
+} from "../fleet/types.ts";
 import type { EngineModel } from "../node/engine.ts";
 import { createApiKey } from "../store/api_keys.ts";
 import type { Limits } from "../store/limits.ts";
@@ -339,7 +344,7 @@ export class StaticFleet implements Fleet {
   }
 
   servedModels() {
-    const out = new Map<string, ReturnType<Fleet["servedModels"]>[number]>();
+    const out = new Map<string, ServedModel & { nodeIds: string[] }>();
     for (const n of this.list) {
       if (n.state !== "healthy") continue;
       for (const m of n.models) {
@@ -350,7 +355,7 @@ export class StaticFleet implements Fleet {
             aliases: m.aliases ?? [],
             kind: m.kind,
             contextLength: m.contextLength,
-            nodeIds: [],
+            nodeIds: [] as string[],
           };
         e.nodeIds.push(n.id);
         out.set(m.id, e);

@@ -122,6 +122,11 @@ Deno.test("node API rejects bad input, unknown models and oversized bodies in Op
 Deno.test("a node that misses 3 heartbeats (and 2 s) becomes unhealthy and gets no work", async () => {
   await using w = await world();
   assert.equal(await w.state(), "healthy");
+  // Served models are built once per fleet read and shared, read only.
+  const served = w.gw.fleet.servedModels();
+  assert.deepEqual(served.map((m) => m.id), ["nomic-embed", "tiny-chat"]);
+  assert.equal(w.gw.fleet.servedModels(), served);
+  assert.ok(Object.isFrozen(served) && Object.isFrozen(served[0]));
   await w.node.close();
   await until("unhealthy", async () => (await w.state()) === "unhealthy", 5000);
   const view = w.gw.fleet.nodes()[0]!;
