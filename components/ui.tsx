@@ -195,3 +195,41 @@ export function fmtTime(iso: string | null | undefined): string {
   if (!iso) return "—";
   return iso.slice(0, 16).replace("T", " ") + " UTC";
 }
+
+/**
+ * The end of a GET filter form: a UTC time range (`from`, `to`; ids
+ * prefixed with `idPrefix`), then Filter and Clear (back to `clearHref`).
+ */
+export function FilterRangeAndButtons(
+  props: { idPrefix: string; from?: string; to?: string; clearHref: string },
+) {
+  const { idPrefix: p } = props;
+  return (
+    <>
+      <div class="field">
+        <label for={`${p}-from`}>From (UTC)</label>
+        <input
+          id={`${p}-from`}
+          type="datetime-local"
+          name="from"
+          value={props.from}
+        />
+      </div>
+      <div class="field">
+        <label for={`${p}-to`}>To (UTC)</label>
+        <input
+          id={`${p}-to`}
+          type="datetime-local"
+          name="to"
+          value={props.to}
+        />
+      </div>
+      <div class="field" style="flex:0">
+        <button type="submit" class="primary">Filter</button>
+      </div>
+      <div class="field" style="flex:0">
+        <a class="btn" href={props.clearHref}>Clear</a>
+      </div>
+    </>
+  );
+}

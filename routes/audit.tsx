@@ -3,7 +3,14 @@
  * entry's before/after shown as the fields that changed.
  */
 import { Hono } from "hono";
-import { Alert, Card, Pager, Table, Time } from "../components/ui.tsx";
+import {
+  Alert,
+  Card,
+  FilterRangeAndButtons,
+  Pager,
+  Table,
+  Time,
+} from "../components/ui.tsx";
 import { type AuditEntry, listAudit } from "../store/audit.ts";
 import { ServiceError } from "../store/errors.ts";
 import type { Page } from "../store/pagination.ts";
@@ -176,25 +183,12 @@ export const auditRoutes = new Hono<PortalEnv>().get("/", async (c) => {
                 {FAMILIES.map((f) => <option key={f} value={f} />)}
               </datalist>
             </div>
-            <div class="field">
-              <label for="a-from">From (UTC)</label>
-              <input
-                id="a-from"
-                type="datetime-local"
-                name="from"
-                value={q.from}
-              />
-            </div>
-            <div class="field">
-              <label for="a-to">To (UTC)</label>
-              <input id="a-to" type="datetime-local" name="to" value={q.to} />
-            </div>
-            <div class="field" style="flex:0">
-              <button type="submit" class="primary">Filter</button>
-            </div>
-            <div class="field" style="flex:0">
-              <a class="btn" href="/audit">Clear</a>
-            </div>
+            <FilterRangeAndButtons
+              idPrefix="a"
+              from={q.from}
+              to={q.to}
+              clearHref="/audit"
+            />
           </form>
           {error && <Alert tone="error">{error}</Alert>}
           <Table

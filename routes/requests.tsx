@@ -7,7 +7,14 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { fmtInt } from "../components/dashboard.tsx";
-import { Alert, Badge, Card, Pager, Table } from "../components/ui.tsx";
+import {
+  Alert,
+  Badge,
+  Card,
+  FilterRangeAndButtons,
+  Pager,
+  Table,
+} from "../components/ui.tsx";
 import { listApiKeys } from "../store/api_keys.ts";
 import { ServiceError } from "../store/errors.ts";
 import { isPlatform } from "../store/principal.ts";
@@ -158,25 +165,12 @@ async function view(c: C) {
                 {nodes.map((n) => <option key={n} value={n} />)}
               </datalist>
             </div>
-            <div class="field">
-              <label for="l-from">From (UTC)</label>
-              <input
-                id="l-from"
-                type="datetime-local"
-                name="from"
-                value={raw.from}
-              />
-            </div>
-            <div class="field">
-              <label for="l-to">To (UTC)</label>
-              <input id="l-to" type="datetime-local" name="to" value={raw.to} />
-            </div>
-            <div class="field" style="flex:0">
-              <button type="submit" class="primary">Filter</button>
-            </div>
-            <div class="field" style="flex:0">
-              <a class="btn" href={base}>Clear</a>
-            </div>
+            <FilterRangeAndButtons
+              idPrefix="l"
+              from={raw.from}
+              to={raw.to}
+              clearHref={base}
+            />
           </form>
           {error && <Alert tone="error">{error}</Alert>}
           <Table
