@@ -12,8 +12,13 @@
  *    each saying what is missing).
  * 2. liborchard and its C test binaries are built, or rebuilt when their
  *    inputs (sources, headers, the system headers they include) changed.
+ * 3. The pinned coding agents (`tools/agents/package.json`: Claude Code and
+ *    Codex CLI from npm) are installed with `npm ci` into
+ *    `tools/agents/node_modules`, unless the installed versions are already
+ *    the pinned ones. Without npm it says so and goes on (the agent tests
+ *    then fail saying what is missing).
  *
- * `ORCHARD_TEST_SETUP=0` skips both steps. Exits 0 unless the list is
+ * `ORCHARD_TEST_SETUP=0` skips these steps. Exits 0 unless the list is
  * unreadable: the tests themselves report what is missing.
  *
  * @module
@@ -152,7 +157,55 @@ async function buildNative(): Promise<void> {
   }
 }
 
+const AGENTS = new URL("./agents/", import.meta.url).pathname;
+
+/** Whether every pinned agent is installed at its pinned version. */
+async function agentsCurrent(): Promise<boolean> {
+  const pins = JSON.parse(
+    await Deno.readTextFile(`${AGENTS}package.json`),
+  ).dependencies as Record<string, string>;
+  for (const [name, version] of Object.entries(pins)) {
+    try {
+      const got = JSON.parse(
+        await Deno.readTextFile(
+          `${AGENTS}node_modules/${name}/package.json`,
+        ),
+      ).version;
+      if (got !== version) return false;
+    } catch {
+      return false;
+    }
+  }
+  return true;
+}
+
+async function installAgents(): Promise<void> {
+  if (await agentsCurrent()) return;
+  console.error("test setup: installing the pinned coding agents (npm ci)");
+  try {
+    const out = await new Deno.Command("npm", {
+      args: ["ci", "--no-audit", "--no-fund", "--prefix", AGENTS],
+      stdout: "null",
+      stderr: "piped",
+    }).output();
+    if (!out.success) {
+      console.error(
+        `test setup: cannot install the coding agents: npm ci failed:\n${
+          new TextDecoder().decode(out.stderr).slice(-2000)
+        }\n  Going on: the agent tests will fail with this error.`,
+      );
+    }
+  } catch (err) {
+    console.error(
+      `test setup: cannot install the coding agents: ${
+        (err as Error).message
+      } (is npm installed?)\n  Going on: the agent tests will fail.`,
+    );
+  }
+}
+
 if (import.meta.main && Deno.env.get("ORCHARD_TEST_SETUP") !== "0") {
   await installPackages();
   await buildNative();
+  await installAgents();
 }
