@@ -38,6 +38,8 @@ export interface Script {
   prefillMs?: number;
   /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
   toolCall?: { name: string; args: string; idMissing?: boolean };
+  /** Reasoning text (`reasoning_content`) before the answer, as reasoning engines send it. */
+  reasoning?: string;
   /** Label chunks `chat.completion` and attach usage to content chunks (Exo quirks). */
   exoQuirks?: boolean;
 }
@@ -132,7 +134,11 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
               model: body.model,
               choices: [{
                 index: 0,
-                message: { role: "assistant", content: words.join("") },
+                message: {
+                  role: "assistant",
+                  content: words.join(""),
+                  ...(s.reasoning ? { reasoning_content: s.reasoning } : {}),
+                },
                 finish_reason: "stop",
               }],
               usage: {
@@ -185,6 +191,13 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
             finish_reason: null,
           }),
         );
+      }
+      if (chat && s.reasoning) {
+        frames.push(chunk({
+          index: 0,
+          delta: { reasoning_content: s.reasoning },
+          finish_reason: null,
+        }));
       }
       if (s.toolCall) {
         const t = s.toolCall;
