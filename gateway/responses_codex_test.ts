@@ -12,7 +12,12 @@ import { decryptJWT } from "../lib/jwt.ts";
 import { parseSSE } from "../lib/sse.ts";
 import { createTenant } from "../store/tenants.ts";
 import { SYSTEM } from "../store/principal.ts";
-import { createWorld, type World } from "./_testing.ts";
+import {
+  createWorld,
+  MODELS,
+  scriptedUpstream,
+  type World,
+} from "./_testing.ts";
 import { outputOf } from "./responses_output.ts";
 import {
   reasoningKey,
@@ -520,6 +525,47 @@ Deno.test("POST /v1/responses/input_tokens: the translated prompt's estimate, as
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).error.param, "tool_choice");
   } finally {
+    await w.close();
+  }
+});
+
+Deno.test("prompt_cache_key: a session's chat and Responses requests all reach the same one of two nodes", async () => {
+  const w = await createWorld();
+  const b = scriptedUpstream();
+  try {
+    w.fleet.add("node-b", b.url, MODELS);
+    const seen = new Map<string, Set<string>>();
+    for (let k = 0; k < 12; k++) {
+      const key = `session-${k}`;
+      for (let turn = 0; turn < 3; turn++) {
+        const res = turn % 2
+          ? await w.post("/v1/chat/completions", {
+            model: "tiny",
+            prompt_cache_key: key,
+            messages: [{ role: "user", content: `turn ${turn}` }],
+          })
+          : await w.post("/v1/responses", {
+            model: "tiny",
+            prompt_cache_key: key,
+            store: false,
+            input: `turn ${turn}`,
+          });
+        await res.body?.cancel();
+        assert.equal(res.status, 200);
+        const node = b.requests.some((r) =>
+            r.body.prompt_cache_key === key &&
+            JSON.stringify(r.body.messages).includes(`turn ${turn}`)
+          )
+          ? "b"
+          : "a";
+        seen.set(key, (seen.get(key) ?? new Set()).add(node));
+      }
+    }
+    for (const [key, nodes] of seen) assert.equal(nodes.size, 1, key);
+    const used = new Set([...seen.values()].map((s) => [...s][0]));
+    assert.equal(used.size, 2, "sessions spread over both nodes");
+  } finally {
+    await b.close();
     await w.close();
   }
 });
