@@ -34,6 +34,8 @@ export interface Script {
   stallAfter?: number;
   /** Answer with this status and OpenAI error body instead. */
   status?: number;
+  /** The `param` of that error body (none when absent). */
+  errorParam?: string;
   /** Wait before the first chunk (prefill). */
   prefillMs?: number;
   /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
@@ -94,9 +96,12 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       if (s.status) {
         return Response.json({
           error: {
-            message: "scripted failure",
+            message: `scripted failure${
+              s.errorParam ? ` of ${s.errorParam}` : ""
+            }`,
             type: "server_error",
             code: "scripted",
+            ...(s.errorParam ? { param: s.errorParam } : {}),
           },
         }, {
           status: s.status,

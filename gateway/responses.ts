@@ -233,9 +233,11 @@ export async function createResponse(
   requestId: string,
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
+  let paths: string[] = [];
   try {
     const ctx = await ex.authenticate(req, "chat");
     const r = parseResponses(await readBody(core, req));
+    paths = r.toolPaths;
     const m = core.resolveModel(ctx, r.model, "chat");
     const { body, items, key } = await translate(core, ctx, r, m);
     const p = parseChat(body);
@@ -323,7 +325,7 @@ export async function createResponse(
       ...(ex.usageBasis ? { "x-orchard-usage": ex.usageBasis } : {}),
     });
   } catch (e) {
-    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e) : e);
+    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e, paths) : e);
   }
 }
 
@@ -339,9 +341,11 @@ export async function countInputTokens(
   requestId: string,
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
+  let paths: string[] = [];
   try {
     const ctx = await ex.authenticate(req, "chat");
     const r = parseResponses(await readBody(core, req));
+    paths = r.toolPaths;
     const m = core.resolveModel(ctx, r.model, "chat");
     const { body } = await translate(core, ctx, { ...r, stream: false }, m);
     const p = parseChat(body);
@@ -350,13 +354,13 @@ export async function countInputTokens(
       { ...reportHeaders(r, body), "x-request-id": requestId },
     );
   } catch (e) {
-    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e) : e);
+    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e, paths) : e);
   }
 }
 
 /** Chat params (of the translated request, or a node's 400) → the Responses params they came from. */
 const PARAMS: [RegExp, string][] = [
-  [/^tools\[(\d+)\]\.function\./, "tools[$1]."],
+  [/^tools\[(\d+)\]\.function\./, "tools[$1]."], // (paths: see inResponsesTerms)
   [/^tool_choice\.function\.name$/, "tool_choice.name"],
   [/^response_format\.json_schema\b/, "text.format"],
   [/^response_format\b/, "text.format"],
@@ -366,13 +370,26 @@ const PARAMS: [RegExp, string][] = [
   [/^messages$/, "input"], // too many, with the earlier turns
 ];
 
-/** A 400 about a chat param, renamed to the Responses param it came from. */
-function inResponsesTerms(e: OpenAIError): OpenAIError {
+/**
+ * A 400 about a chat param, renamed to the Responses param it came from;
+ * a chat tool's index becomes its path in the request (`toolPaths`:
+ * namespaces flattened and built-in tools left out move the indices).
+ */
+function inResponsesTerms(
+  e: OpenAIError,
+  toolPaths: readonly string[] = [],
+): OpenAIError {
   const param = e.param;
   if (e.status !== 400 || param === null) return e;
   for (const [re, to] of PARAMS) {
     if (!re.test(param)) continue;
-    const renamed = param.replace(re, to);
+    const tool = /^tools\[(\d+)\]\.function\./.exec(param);
+    const renamed = tool
+      ? param.replace(
+        tool[0],
+        `${toolPaths[Number(tool[1])] ?? `tools[${tool[1]}]`}.`,
+      )
+      : param.replace(re, to);
     return new OpenAIError(
       e.status,
       e.code,

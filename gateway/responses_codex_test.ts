@@ -569,3 +569,22 @@ Deno.test("prompt_cache_key: a session's chat and Responses requests all reach t
     await w.close();
   }
 });
+
+Deno.test("POST /v1/responses: a node's 400 about a chat tool names the tool where the request put it", async () => {
+  const w = await createWorld({
+    script: { status: 400, errorParam: "tools[2].function.parameters" },
+  });
+  try {
+    const res = await w.post("/v1/responses", {
+      model: "tiny",
+      input: "Hi",
+      tools: [{ type: "web_search" }, ...CODEX_TOOLS],
+    });
+    const { error } = await res.json();
+    assert.equal(res.status, 400);
+    // chat tool 2 is the namespace's second function: tools[2].tools[1]
+    assert.equal(error.param, "tools[2].tools[1].parameters");
+  } finally {
+    await w.close();
+  }
+});

@@ -70,6 +70,8 @@ export interface ResponsesRequest {
   names: ToolNames;
   /** Built-in tool types offered and left out of the prompt. */
   omitted: string[];
+  /** Each chat tool's path in the request (`tools[1].tools[0]`), by chat index. */
+  toolPaths: string[];
   /** `reasoning.effort`: reaches the engine where it has such a control (responses.ts). */
   effort: string | null;
   /** Whether reasoning goes out as summary parts (`reasoning.summary` asked). */
@@ -350,6 +352,8 @@ interface Tools {
   callable: Set<string>;
   names: Map<string, Namespaced>;
   omitted: string[];
+  /** Each chat tool's path in the request (`tools[1].tools[0]`), by chat index. */
+  paths: string[];
 }
 
 /** Reads one function tool (in a namespace when `ns` is given) into `out`. */
@@ -380,6 +384,7 @@ function functionTool(
   if (isObj(t.parameters)) fn.parameters = t.parameters;
   if (typeof t.strict === "boolean") fn.strict = t.strict;
   out.chat.push({ type: "function", function: fn });
+  out.paths.push(at);
   return {
     type: "function",
     name: bare,
@@ -400,6 +405,7 @@ function tools(v: unknown): Tools {
     callable: new Set(),
     names: new Map(),
     omitted: [],
+    paths: [],
   };
   if (!given(v)) return out;
   if (!Array.isArray(v)) {
@@ -788,6 +794,7 @@ export function parseResponses(
     logprobs,
     names: t.names,
     omitted: t.omitted,
+    toolPaths: t.paths,
     effort: rs.effort,
     summary: rs.summary !== null,
     encrypted: inc.encrypted,
