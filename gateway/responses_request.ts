@@ -2,30 +2,41 @@
  * A Responses API request (`POST /v1/responses`) read and translated into
  * the chat request a node serves, as gateway/anthropic.ts does for
  * Anthropic Messages: `input` items (messages, `function_call`,
- * `function_call_output`) become chat messages after `instructions` as a
- * system message; flat function tools, `tool_choice` and `text.format`
- * become chat's `tools`, `tool_choice` and `response_format`;
+ * `function_call_output`, `reasoning`) become chat messages after
+ * `instructions` as a system message; the tools (namespaces flattened,
+ * built-in tools left out: responses_tools.ts), `tool_choice` and
+ * `text.format` become chat's `tools`, `tool_choice` and `response_format`;
  * `max_output_tokens` becomes `max_tokens`. Every field is one of
- * RESPONSE_FIELDS or refused by name; built-in tools, input items and
- * parts no engine can serve are refused by their param path
- * (`tools[0].type`, `input[2].content[1].type`), never ignored.
+ * RESPONSE_FIELDS or refused by name; input items and parts no engine can
+ * serve are refused by their param path (`input[2].content[1].type`),
+ * never ignored. Hints (`reasoning.effort`, `client_metadata`, built-in
+ * tools offered) are accepted and given their local meaning.
  */
 import {
   invalidParam as bad,
   OpenAIError,
   unsupportedParam,
 } from "../lib/openai_errors.ts";
-import { MAX_TOOLS, NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
 import { MAX_MESSAGES } from "./validate_chat.ts";
 import { checkFields } from "./validate_fields.ts";
 import { checkModel } from "./validate.ts";
 import {
-  BUILT_IN_TOOL,
   flatName,
-  type Namespaced,
+  readToolChoice,
+  readTools,
   type ToolNames,
 } from "./responses_tools.ts";
+import {
+  given,
+  isObj,
+  name,
+  nonEmpty,
+  object,
+  onlyKeys,
+  str,
+  typed,
+} from "./_responses_checks.ts";
 
 /** An item of a conversation, in the Responses shape. */
 export type Item = Record<string, unknown>;
@@ -85,44 +96,6 @@ export interface ResponsesRequest {
 
 /** How a response id looks (`resp_` and up to 128 more characters). */
 export const RESPONSE_ID = /^resp_[A-Za-z0-9_-]{1,128}$/;
-
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
-const given = (v: unknown) => v !== undefined && v !== null;
-const str = (v: unknown): v is string => typeof v === "string";
-const nonEmpty = (v: unknown): v is string => str(v) && v.length > 0;
-
-function object(v: unknown, at: string): Record<string, unknown> {
-  if (!given(v)) {
-    throw bad(at, `${at} is required`, "missing_required_parameter");
-  }
-  if (!isObj(v)) throw bad(at, `${at} must be an object`, "invalid_type");
-  return v;
-}
-
-function typed(v: unknown, at: string, ok: boolean, what: string): void {
-  if (given(v) && !ok) throw bad(at, `${at} must be ${what}`, "invalid_type");
-}
-
-/** Refuses keys of `o` outside `known` that ask for something (not null or false). */
-function onlyKeys(
-  o: Record<string, unknown>,
-  at: string,
-  known: readonly string[],
-): void {
-  for (const [key, v] of Object.entries(o)) {
-    if (known.includes(key) || v === null || v === false) continue;
-    const p = `${at}.${key.slice(0, 64)}`;
-    throw unsupportedParam(p, `${p} is not supported`);
-  }
-}
-
-function name(v: unknown, at: string): string {
-  if (!str(v) || !NAME_PATTERN.test(v)) {
-    throw bad(at, `${at} must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
 
 const int = (v: unknown, lo: number, hi: number) =>
   Number.isSafeInteger(v) && (v as number) >= lo && (v as number) <= hi;
@@ -342,195 +315,6 @@ function inputItems(v: unknown): Item[] {
     if (item) out.push(item);
   });
   return out;
-}
-
-/** The tools of a request, as echoed and as chat tools. */
-interface Tools {
-  echo: Record<string, unknown>[];
-  chat: Record<string, unknown>[];
-  /** Every name the model may call (flat for namespaced functions). */
-  callable: Set<string>;
-  names: Map<string, Namespaced>;
-  omitted: string[];
-  /** Each chat tool's path in the request (`tools[1].tools[0]`), by chat index. */
-  paths: string[];
-}
-
-/** Reads one function tool (in a namespace when `ns` is given) into `out`. */
-function functionTool(
-  t: Record<string, unknown>,
-  at: string,
-  out: Tools,
-  ns: string | null,
-): Record<string, unknown> {
-  onlyKeys(t, at, ["type", "name", "description", "parameters", "strict"]);
-  const bare = name(t.name, `${at}.name`);
-  const n = ns === null ? bare : name(flatName(ns, bare), `${at}.name`);
-  if (out.callable.has(n)) {
-    throw bad(`${at}.name`, `${at}.name: ${n} is declared twice`);
-  }
-  out.callable.add(n);
-  if (ns !== null) out.names.set(n, { namespace: ns, name: bare });
-  typed(t.description, `${at}.description`, str(t.description), "a string");
-  typed(
-    t.parameters,
-    `${at}.parameters`,
-    isObj(t.parameters),
-    "a JSON Schema object",
-  );
-  typed(t.strict, `${at}.strict`, typeof t.strict === "boolean", "a boolean");
-  const fn: Record<string, unknown> = { name: n };
-  if (str(t.description)) fn.description = t.description;
-  if (isObj(t.parameters)) fn.parameters = t.parameters;
-  if (typeof t.strict === "boolean") fn.strict = t.strict;
-  out.chat.push({ type: "function", function: fn });
-  out.paths.push(at);
-  return {
-    type: "function",
-    name: bare,
-    description: str(t.description) ? t.description : null,
-    parameters: isObj(t.parameters) ? t.parameters : null,
-    strict: typeof t.strict === "boolean" ? t.strict : null,
-  };
-}
-
-/**
- * Reads the tools: function tools, namespaces of them (flattened), and
- * built-in tools (left out, their types listed in `omitted`).
- */
-function tools(v: unknown): Tools {
-  const out: Tools = {
-    echo: [],
-    chat: [],
-    callable: new Set(),
-    names: new Map(),
-    omitted: [],
-    paths: [],
-  };
-  if (!given(v)) return out;
-  if (!Array.isArray(v)) {
-    throw bad("tools", "tools must be an array of tools", "invalid_type");
-  }
-  if (v.length > MAX_TOOLS) {
-    throw bad(
-      "tools",
-      `tools must hold at most ${MAX_TOOLS} items`,
-      "array_above_max_length",
-    );
-  }
-  v.forEach((raw, i) => {
-    const at = `tools[${i}]`;
-    const t = object(raw, at);
-    if (t.type === "function") {
-      out.echo.push(functionTool(t, at, out, null));
-    } else if (t.type === "namespace") {
-      onlyKeys(t, at, ["type", "name", "description", "tools"]);
-      const ns = name(t.name, `${at}.name`);
-      typed(
-        t.description,
-        `${at}.description`,
-        str(t.description),
-        "a string",
-      );
-      if (!Array.isArray(t.tools) || t.tools.length === 0) {
-        throw bad(
-          `${at}.tools`,
-          `${at}.tools must be a non-empty array of function tools`,
-          "invalid_type",
-        );
-      }
-      const inner = t.tools.map((x, j) => {
-        const f = object(x, `${at}.tools[${j}]`);
-        if (f.type !== "function") {
-          throw unsupportedParam(
-            `${at}.tools[${j}].type`,
-            `${at}.tools[${j}].type: only function tools are supported in a namespace`,
-          );
-        }
-        return functionTool(f, `${at}.tools[${j}]`, out, ns);
-      });
-      out.echo.push({
-        type: "namespace",
-        name: ns,
-        description: str(t.description) ? t.description : "",
-        tools: inner,
-      });
-    } else if (str(t.type) && BUILT_IN_TOOL.test(t.type)) {
-      if (!out.omitted.includes(t.type)) out.omitted.push(t.type);
-      out.echo.push(t);
-    } else {
-      throw unsupportedParam(
-        `${at}.type`,
-        `${at}.type: the tool ${
-          String(t.type).slice(0, 64)
-        } is not supported; declare a function tool`,
-      );
-    }
-  });
-  if (out.chat.length > MAX_TOOLS) {
-    throw bad(
-      "tools",
-      `tools must hold at most ${MAX_TOOLS} functions, namespaces' included`,
-      "array_above_max_length",
-    );
-  }
-  return out;
-}
-
-/** Reads `tool_choice`: its echo and chat form. */
-function toolChoice(
-  v: unknown,
-  names: Set<string>,
-  omitted: string[],
-): { echo: unknown; chat: unknown } {
-  if (!given(v) || v === "auto" || v === "none") {
-    return { echo: v ?? "auto", chat: v ?? undefined };
-  }
-  if (v === "required") {
-    if (names.size === 0) {
-      // only built-in tools (left out), or none at all
-      throw (omitted.length > 0 ? unsupportedParam : bad)(
-        "tool_choice",
-        omitted.length > 0
-          ? `tool_choice "required" needs a function tool; the built-in tools offered (${
-            omitted.join(", ")
-          }) cannot run here`
-          : 'tool_choice "required" needs at least one tool',
-      );
-    }
-    return { echo: v, chat: v };
-  }
-  if (isObj(v) && v.type === "function") {
-    const n = name(v.name, "tool_choice.name");
-    if (!names.has(n)) {
-      throw bad(
-        "tool_choice.name",
-        `tool_choice names the function ${n}, which is not among tools`,
-      );
-    }
-    return {
-      echo: { type: "function", name: n },
-      chat: { type: "function", function: { name: n } },
-    };
-  }
-  if (isObj(v) && str(v.type) && BUILT_IN_TOOL.test(v.type)) {
-    throw unsupportedParam(
-      "tool_choice",
-      `tool_choice requires the built-in tool ${v.type}, which no node can run`,
-    );
-  }
-  if (isObj(v) && str(v.type)) {
-    throw unsupportedParam(
-      "tool_choice.type",
-      `tool_choice of type ${
-        v.type.slice(0, 64)
-      } is not supported; use "auto", "none", "required" or {"type":"function","name":…}`,
-    );
-  }
-  throw bad(
-    "tool_choice",
-    'tool_choice must be "auto", "none", "required" or {"type":"function","name":…}',
-  );
 }
 
 /** Reads `text`: the format as echoed and as chat's response_format. */
@@ -762,8 +546,8 @@ export function parseResponses(
   if (given(top) && !int(top, 0, 20)) {
     throw bad("top_logprobs", "top_logprobs must be an integer from 0 to 20");
   }
-  const t = tools(body.tools);
-  const tc = toolChoice(body.tool_choice, t.callable, t.omitted);
+  const t = readTools(body.tools);
+  const tc = readToolChoice(body.tool_choice, t.callable, t.omitted);
   const fmt = textFormat(body.text);
   const meta = metadata(body.metadata);
   clientMetadata(body.client_metadata);
