@@ -7,6 +7,7 @@
  * a gateway over a scripted upstream.
  */
 import assert from "node:assert/strict";
+import OpenAI from "openai";
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { decryptJWT } from "../lib/jwt.ts";
 import { parseSSE } from "../lib/sse.ts";
@@ -584,6 +585,43 @@ Deno.test("POST /v1/responses: a node's 400 about a chat tool names the tool whe
     assert.equal(res.status, 400);
     // chat tool 2 is the namespace's second function: tools[2].tools[1]
     assert.equal(error.param, "tools[2].tools[1].parameters");
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("the openai SDK's stream helper reads summarised, sealed reasoning and a namespaced call into the final response", async () => {
+  const w = await createWorld({
+    script: {
+      reasoning: "Think.",
+      toolCall: { name: "multi_agent_v1__spawn_agent", args: "{}" },
+    },
+  });
+  try {
+    const client = new OpenAI({
+      apiKey: w.key,
+      baseURL: `${w.url}/v1`,
+      maxRetries: 0,
+    });
+    const stream = client.responses.stream({
+      model: "tiny",
+      input: "hi",
+      tools: CODEX_TOOLS as OpenAI.Responses.Tool[],
+      reasoning: { summary: "detailed" },
+      include: ["reasoning.encrypted_content"],
+      store: false,
+    });
+    const deltas: string[] = [];
+    stream.on("response.reasoning_summary_text.delta", (e) => {
+      deltas.push(e.delta);
+    });
+    const final = await stream.finalResponse();
+    assert.deepEqual(deltas, ["Think."]);
+    const [rs, call] = final.output as unknown as Json[];
+    assert.deepEqual(rs!.summary, [{ type: "summary_text", text: "Think." }]);
+    assert.equal(typeof rs!.encrypted_content, "string");
+    assert.equal(call!.namespace, "multi_agent_v1");
+    assert.equal(call!.name, "spawn_agent");
   } finally {
     await w.close();
   }
