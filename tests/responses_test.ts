@@ -493,6 +493,24 @@ Deno.test({
       assert.deepEqual(data.tools.map((x) => x.type), ["web_search"]);
       assert.equal(data.prompt_cache_key, "session-1");
       assert.ok(data.output.length >= 1);
+      // an earlier turn's reasoning goes back into its assistant turn
+      const again = await openai.responses.create({
+        model: "tiny",
+        max_output_tokens: 4,
+        store: false,
+        input: [
+          { role: "user", content: "Hi" },
+          {
+            type: "reasoning",
+            id: "rs_1",
+            summary: [],
+            content: [{ type: "reasoning_text", text: "Greet back." }],
+          },
+          { role: "assistant", content: "Hello" },
+          { role: "user", content: "Again" },
+        ],
+      });
+      assert.ok(again.output.length >= 1);
       const n = await openai.responses.inputTokens.count({
         model: "tiny",
         input: "Hi",
