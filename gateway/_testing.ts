@@ -34,10 +34,14 @@ export interface Script {
   stallAfter?: number;
   /** Answer with this status and OpenAI error body instead. */
   status?: number;
+  /** The `param` of that error body (none when absent). */
+  errorParam?: string;
   /** Wait before the first chunk (prefill). */
   prefillMs?: number;
   /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
   toolCall?: { name: string; args: string; idMissing?: boolean };
+  /** Reasoning text (`reasoning_content`) before the answer, as reasoning engines send it. */
+  reasoning?: string;
   /** Label chunks `chat.completion` and attach usage to content chunks (Exo quirks). */
   exoQuirks?: boolean;
 }
@@ -92,9 +96,12 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       if (s.status) {
         return Response.json({
           error: {
-            message: "scripted failure",
+            message: `scripted failure${
+              s.errorParam ? ` of ${s.errorParam}` : ""
+            }`,
             type: "server_error",
             code: "scripted",
+            ...(s.errorParam ? { param: s.errorParam } : {}),
           },
         }, {
           status: s.status,
@@ -132,7 +139,11 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
               model: body.model,
               choices: [{
                 index: 0,
-                message: { role: "assistant", content: words.join("") },
+                message: {
+                  role: "assistant",
+                  content: words.join(""),
+                  ...(s.reasoning ? { reasoning_content: s.reasoning } : {}),
+                },
                 finish_reason: "stop",
               }],
               usage: {
@@ -185,6 +196,13 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
             finish_reason: null,
           }),
         );
+      }
+      if (chat && s.reasoning) {
+        frames.push(chunk({
+          index: 0,
+          delta: { reasoning_content: s.reasoning },
+          finish_reason: null,
+        }));
       }
       if (s.toolCall) {
         const t = s.toolCall;

@@ -7,6 +7,11 @@
  * too). Different conversations get different numbers and spread over the
  * nodes. Only the first OPENING_CHARS characters count: hashing them is a
  * few microseconds whatever the prompt's length.
+ *
+ * A client's `prompt_cache_key` (OpenAI's field, on chat and Responses;
+ * Codex CLI sends its session id) takes precedence: the client names the
+ * conversation itself, so its turns stay on one node even when their
+ * openings differ (a system prompt that changes, compacted history).
  */
 
 /** Characters of a conversation's opening that decide its affinity. */
@@ -39,12 +44,18 @@ function contentText(content: unknown): string {
 
 /**
  * The affinity of a chat (`messages`, OpenAI or Anthropic with `system`)
- * or completion (`prompt`) body; null when it has nothing to go by.
+ * or completion (`prompt`) body, or of its `prompt_cache_key` when it has
+ * one; null when it has nothing to go by.
  */
 export function affinityOf(body: Record<string, unknown>): number | null {
   let h = typeof body.model === "string"
     ? fnv(body.model, 0x811c9dc5, 256)
     : 0x811c9dc5;
+  const key = body.prompt_cache_key;
+  if (typeof key === "string" && key.length > 0) {
+    // "\0" keeps a key's numbers apart from an opening of the same text
+    return fnv(key, fnv("\0key", h, 4), 1024);
+  }
   let left = OPENING_CHARS;
   const add = (s: string) => {
     if (left <= 0 || s.length === 0) return;

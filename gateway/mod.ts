@@ -12,7 +12,12 @@ import { countTokens, messages } from "./anthropic.ts";
 import { GatewayCore, type GatewayOptions } from "./core.ts";
 import { metricsAllowed } from "./metrics_route.ts";
 import { completions, embeddings, models } from "./openai.ts";
-import { createResponse, deleteStored, retrieveResponse } from "./responses.ts";
+import {
+  countInputTokens,
+  createResponse,
+  deleteStored,
+  retrieveResponse,
+} from "./responses.ts";
 
 export type { GatewayOptions } from "./core.ts";
 
@@ -91,6 +96,10 @@ export function createGateway(
   app.post(
     "/v1/responses",
     (c) => createResponse(core, c.req.raw, c.get("requestId")),
+  );
+  app.post(
+    "/v1/responses/input_tokens",
+    (c) => countInputTokens(core, c.req.raw, c.get("requestId")),
   );
   app.get(
     "/v1/responses/:id",

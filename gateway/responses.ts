@@ -9,7 +9,15 @@
  * endpoint "responses". With `store` (the default) the response and the
  * conversation before it are kept per tenant (store/responses.ts) for
  * `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`; another
- * tenant's response is not found (404).
+ * tenant's response is not found (404). Sealed reasoning
+ * (responses_reasoning.ts) is opened on the way in and made on the way
+ * out. `POST /v1/responses/input_tokens` counts the same translated
+ * prompt's tokens without generating.
+ *
+ * Reported in response headers: `x-orchard-tools-omitted` (built-in tool
+ * types left out of the prompt) and `x-orchard-reasoning-effort`
+ * (`passed` to an engine that has a reasoning control, or
+ * `not_applicable`).
  */
 import { tenantRetention } from "../store/retention.ts";
 import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
@@ -22,7 +30,13 @@ import {
 } from "../store/responses.ts";
 import { affinityOf } from "./affinity.ts";
 import { routeTenant } from "./router.ts";
-import { Exchange, type GatewayCore, storeDown } from "./core.ts";
+import type { AuthContext } from "./auth.ts";
+import {
+  Exchange,
+  type GatewayCore,
+  type ResolvedModel,
+  storeDown,
+} from "./core.ts";
 import {
   ChunkNormaliser,
   malformed,
@@ -41,8 +55,16 @@ import {
   type Item,
   parseResponses,
   RESPONSE_ID,
+  type ResponsesRequest,
 } from "./responses_request.ts";
+import {
+  hasSealed,
+  openReasoning,
+  reasoningKey,
+  sealReasoning,
+} from "./responses_reasoning.ts";
 import { ResponsesSink } from "./responses_stream.ts";
+import { flatName } from "./responses_tools.ts";
 import { relayStream } from "./stream.ts";
 import { parseChat } from "./validate.ts";
 
@@ -88,8 +110,8 @@ function reasoningTokens(usage: unknown): number {
 
 /**
  * A response's output as items of the next turn's conversation: messages'
- * text and function calls (without ids, statuses and logprobs; reasoning,
- * which the prompt leaves out, is dropped).
+ * text, function calls (the model's flat names again, without ids,
+ * statuses and logprobs) and reasoning as its text.
  */
 function turn(output: Item[]): Item[] {
   const out: Item[] = [];
@@ -105,11 +127,103 @@ function turn(output: Item[]): Item[] {
         ),
       });
     } else if (item.type === "function_call") {
-      const { call_id, name, arguments: args } = item;
-      out.push({ type: "function_call", call_id, name, arguments: args });
+      const { call_id, name, namespace, arguments: args } = item;
+      out.push({
+        type: "function_call",
+        call_id,
+        name: typeof namespace === "string"
+          ? flatName(namespace, name as string)
+          : name,
+        arguments: args,
+      });
+    } else if (item.type === "reasoning") {
+      const parts = [
+        ...(item.content as Item[] ?? []),
+        ...(item.summary as Item[] ?? []),
+      ];
+      const text = parts.map((p) => p.text).join("");
+      if (text) out.push({ type: "reasoning", text });
     }
   }
   return out;
+}
+
+/** What a Responses request becomes: the chat body for a node and the conversation. */
+interface Translated {
+  body: Record<string, unknown>;
+  /** The conversation: earlier turns' items, then this request's. */
+  items: Item[];
+  /** The reasoning key, when reasoning is sealed or opened. */
+  key: Uint8Array | null;
+}
+
+/**
+ * Translates a validated Responses request into a chat body: loads the
+ * earlier turns (`previous_response_id`), opens sealed reasoning, and
+ * gives `reasoning.effort` its local meaning (see `effortReaches`).
+ */
+async function translate(
+  core: GatewayCore,
+  ctx: AuthContext,
+  r: ResponsesRequest,
+  m: ResolvedModel,
+): Promise<Translated> {
+  let history: Item[] = [];
+  if (r.previousId) {
+    const prev = await load(core, ctx.tenant.id, r.previousId);
+    if (!prev) {
+      throw new OpenAIError(
+        404,
+        "previous_response_not_found",
+        `Previous response with id '${r.previousId}' not found.`,
+        { param: "previous_response_id", type: "invalid_request_error" },
+      );
+    }
+    history = [...prev.input, ...turn(prev.response.output as Item[])];
+  }
+  const key = r.encrypted || hasSealed(r.input)
+    ? await reasoningKey(core.deps.store)
+    : null;
+  const input = key && hasSealed(r.input)
+    ? await openReasoning(key, ctx.tenant.id, r.input)
+    : r.input;
+  const items = [...history, ...input];
+  const body: Record<string, unknown> = {
+    ...r.chat,
+    model: m.id,
+    messages: chatMessages(r.instructions, items, input.length),
+    stream: r.stream,
+  };
+  if (r.effort !== null && effortReaches(core, m.id)) {
+    body.reasoning_effort = r.effort;
+  }
+  return { body, items, key };
+}
+
+/**
+ * Whether `reasoning.effort` reaches a reasoning control: every node that
+ * may serve the model fronts an OpenAI-compatible engine (vLLM,
+ * llama-server, …), which takes `reasoning_effort` as chat does; the llama
+ * engine has none, so there it is a hint with nothing to set.
+ */
+function effortReaches(core: GatewayCore, model: string): boolean {
+  const nodes = core.fleet.candidates(model);
+  return nodes.length > 0 && nodes.every((n) => n.engine === "openai");
+}
+
+/** The headers that report how hints were taken (see the module comment). */
+function reportHeaders(
+  r: ResponsesRequest,
+  body: Record<string, unknown>,
+): Record<string, string> {
+  const h: Record<string, string> = {};
+  if (r.omitted.length > 0) h["x-orchard-tools-omitted"] = r.omitted.join(", ");
+  if (r.effort !== null) {
+    h["x-orchard-reasoning-effort"] = body.reasoning_effort === undefined
+      ? "not_applicable"
+      : "passed";
+  }
+  return h;
 }
 
 /** `POST /v1/responses`. */
@@ -119,30 +233,13 @@ export async function createResponse(
   requestId: string,
 ): Promise<Response> {
   const ex = new Exchange(core, requestId, "responses");
+  let paths: string[] = [];
   try {
     const ctx = await ex.authenticate(req, "chat");
     const r = parseResponses(await readBody(core, req));
+    paths = r.toolPaths;
     const m = core.resolveModel(ctx, r.model, "chat");
-    let history: Item[] = [];
-    if (r.previousId) {
-      const prev = await load(core, ctx.tenant.id, r.previousId);
-      if (!prev) {
-        throw new OpenAIError(
-          404,
-          "previous_response_not_found",
-          `Previous response with id '${r.previousId}' not found.`,
-          { param: "previous_response_id", type: "invalid_request_error" },
-        );
-      }
-      history = [...prev.input, ...turn(prev.response.output as Item[])];
-    }
-    const items = [...history, ...r.input];
-    const body: Record<string, unknown> = {
-      ...r.chat,
-      model: m.id,
-      messages: chatMessages(r.instructions, items, r.input.length),
-      stream: r.stream,
-    };
+    const { body, items, key } = await translate(core, ctx, r, m);
     const p = parseChat(body);
     ex.model = m.id; // metered from here on, as chat is once validated
     const cap = await ex.admit(ctx, p, m);
@@ -165,6 +262,11 @@ export async function createResponse(
       createdAt: Math.floor(ex.startedAt / 1000),
       model: m.id,
       echo: r.echo,
+      names: r.names,
+      summary: r.summary,
+      seal: key && r.encrypted
+        ? (text) => sealReasoning(key, ctx.tenant.id, text)
+        : null,
     };
     const tenantId = ctx.tenant.id;
     // kept for the tenant's retention period (store/retention.ts)
@@ -181,7 +283,11 @@ export async function createResponse(
           (await tenantRetention(core.deps.store, tenantId)).responses * DAY_MS,
         )
       : null;
-    const headers = { ...ex.headers, "x-request-id": requestId };
+    const headers = {
+      ...ex.headers,
+      ...reportHeaders(r, body),
+      "x-request-id": requestId,
+    };
     if (up.kind === "stream") {
       return relayStream(
         ex,
@@ -195,7 +301,7 @@ export async function createResponse(
     const n = normaliseCompletion(up.json, "chat", m.id);
     ex.firstToken();
     ex.bill(n.reported, n.counted, Math.ceil(n.counted / 4));
-    const { output, ending } = outputOf(up.json);
+    const { output, ending } = outputOf(up.json, shell);
     const response = responseObject(shell, {
       status: ending.status,
       output,
@@ -219,13 +325,42 @@ export async function createResponse(
       ...(ex.usageBasis ? { "x-orchard-usage": ex.usageBasis } : {}),
     });
   } catch (e) {
-    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e) : e);
+    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e, paths) : e);
+  }
+}
+
+/**
+ * `POST /v1/responses/input_tokens`: the tokens of the prompt the same
+ * request to `/v1/responses` would send, estimated as
+ * `/v1/messages/count_tokens` estimates them (the chat validation's
+ * `prompt.estimate`): `{"object":"response.input_tokens","input_tokens":N}`.
+ */
+export async function countInputTokens(
+  core: GatewayCore,
+  req: Request,
+  requestId: string,
+): Promise<Response> {
+  const ex = new Exchange(core, requestId, "responses");
+  let paths: string[] = [];
+  try {
+    const ctx = await ex.authenticate(req, "chat");
+    const r = parseResponses(await readBody(core, req));
+    paths = r.toolPaths;
+    const m = core.resolveModel(ctx, r.model, "chat");
+    const { body } = await translate(core, ctx, { ...r, stream: false }, m);
+    const p = parseChat(body);
+    return json(
+      { object: "response.input_tokens", input_tokens: p.prompt.estimate },
+      { ...reportHeaders(r, body), "x-request-id": requestId },
+    );
+  } catch (e) {
+    return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e, paths) : e);
   }
 }
 
 /** Chat params (of the translated request, or a node's 400) → the Responses params they came from. */
 const PARAMS: [RegExp, string][] = [
-  [/^tools\[(\d+)\]\.function\./, "tools[$1]."],
+  [/^tools\[(\d+)\]\.function\./, "tools[$1]."], // (paths: see inResponsesTerms)
   [/^tool_choice\.function\.name$/, "tool_choice.name"],
   [/^response_format\.json_schema\b/, "text.format"],
   [/^response_format\b/, "text.format"],
@@ -235,13 +370,26 @@ const PARAMS: [RegExp, string][] = [
   [/^messages$/, "input"], // too many, with the earlier turns
 ];
 
-/** A 400 about a chat param, renamed to the Responses param it came from. */
-function inResponsesTerms(e: OpenAIError): OpenAIError {
+/**
+ * A 400 about a chat param, renamed to the Responses param it came from;
+ * a chat tool's index becomes its path in the request (`toolPaths`:
+ * namespaces flattened and built-in tools left out move the indices).
+ */
+function inResponsesTerms(
+  e: OpenAIError,
+  toolPaths: readonly string[] = [],
+): OpenAIError {
   const param = e.param;
   if (e.status !== 400 || param === null) return e;
   for (const [re, to] of PARAMS) {
     if (!re.test(param)) continue;
-    const renamed = param.replace(re, to);
+    const tool = /^tools\[(\d+)\]\.function\./.exec(param);
+    const renamed = tool
+      ? param.replace(
+        tool[0],
+        `${toolPaths[Number(tool[1])] ?? `tools[${tool[1]}]`}.`,
+      )
+      : param.replace(re, to);
     return new OpenAIError(
       e.status,
       e.code,

@@ -4,10 +4,15 @@
  * `output` items (a `reasoning` item for reasoning text, a `message` with
  * one `output_text` part, a `function_call` item a tool call), and the
  * response around them repeats the request (gateway/responses_request.ts)
- * with the billed usage, exactly in OpenAI's shape.
+ * with the billed usage, exactly in OpenAI's shape. Reasoning text is a
+ * `reasoning_text` content part, or, when `reasoning.summary` was asked,
+ * one `summary_text` part (the nearest local meaning of a summary: no model
+ * here writes a separate one), with `encrypted_content` when included;
+ * a namespaced function's call carries `namespace` and its bare `name`.
  */
 import type { Exchange } from "./core.ts";
 import type { Item, ResponseEcho } from "./responses_request.ts";
+import { restoreName, type ToolNames } from "./responses_tools.ts";
 
 const isObj = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);
@@ -26,6 +31,12 @@ export interface ResponseShell {
   createdAt: number;
   model: string;
   echo: ResponseEcho;
+  /** Flat names of namespaced functions (none when absent). */
+  names?: ToolNames;
+  /** Whether reasoning goes out as a summary part (else as reasoning_text content). */
+  summary?: boolean;
+  /** Seals reasoning text as `encrypted_content` (absent: not included). */
+  seal?: ((text: string) => string) | null;
 }
 
 /** A response's status and how it ended. */
@@ -163,24 +174,35 @@ export function textPart(text: string, logprobs: unknown[]): Item {
   return { type: "output_text", annotations: [], logprobs, text };
 }
 
-/** A `reasoning` item holding reasoning text. */
-export function reasoningItem(id: string, status: string, text: string): Item {
+/**
+ * A `reasoning` item holding reasoning text: as a `summary_text` part when
+ * the shell asks for summaries, else as `reasoning_text` content; sealed
+ * into `encrypted_content` too when the shell seals.
+ */
+export function reasoningItem(
+  shell: Pick<ResponseShell, "summary" | "seal">,
+  id: string,
+  status: string,
+  text: string,
+): Item {
   return {
     id,
     type: "reasoning",
-    summary: [],
-    content: [{ type: "reasoning_text", text }],
+    summary: shell.summary ? [{ type: "summary_text", text }] : [],
+    ...(shell.summary ? {} : { content: [{ type: "reasoning_text", text }] }),
+    ...(shell.seal ? { encrypted_content: shell.seal(text) } : {}),
     status,
   };
 }
 
-/** A `function_call` item. */
+/** A `function_call` item (a namespaced function's with `namespace` and its bare name). */
 export function callItem(
   id: string,
   status: string,
   callId: string,
   name: string,
   args: string,
+  names: ToolNames = new Map(),
 ): Item {
   return {
     id,
@@ -188,7 +210,7 @@ export function callItem(
     status,
     arguments: args,
     call_id: callId,
-    name,
+    ...restoreName(names, name),
   };
 }
 
@@ -199,6 +221,7 @@ export function callItem(
  */
 export function outputOf(
   completion: Record<string, unknown>,
+  shell: Pick<ResponseShell, "names" | "summary" | "seal"> = {},
 ): { output: Item[]; ending: Ending } {
   const choice = ((completion.choices as unknown[])[0] ?? {}) as Record<
     string,
@@ -212,7 +235,7 @@ export function outputOf(
   const output: Item[] = [];
   if (typeof msg.reasoning_content === "string" && msg.reasoning_content) {
     output.push(
-      reasoningItem(itemId("rs_"), "completed", msg.reasoning_content),
+      reasoningItem(shell, itemId("rs_"), "completed", msg.reasoning_content),
     );
   }
   if (typeof msg.content === "string" && msg.content) {
@@ -229,6 +252,7 @@ export function outputOf(
         String(tc.id),
         String(fn.name),
         String(fn.arguments),
+        shell.names,
       ),
     );
   }

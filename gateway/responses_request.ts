@@ -2,24 +2,41 @@
  * A Responses API request (`POST /v1/responses`) read and translated into
  * the chat request a node serves, as gateway/anthropic.ts does for
  * Anthropic Messages: `input` items (messages, `function_call`,
- * `function_call_output`) become chat messages after `instructions` as a
- * system message; flat function tools, `tool_choice` and `text.format`
- * become chat's `tools`, `tool_choice` and `response_format`;
+ * `function_call_output`, `reasoning`) become chat messages after
+ * `instructions` as a system message; the tools (namespaces flattened,
+ * built-in tools left out: responses_tools.ts), `tool_choice` and
+ * `text.format` become chat's `tools`, `tool_choice` and `response_format`;
  * `max_output_tokens` becomes `max_tokens`. Every field is one of
- * RESPONSE_FIELDS or refused by name; built-in tools, input items and
- * parts no engine can serve are refused by their param path
- * (`tools[0].type`, `input[2].content[1].type`), never ignored.
+ * RESPONSE_FIELDS or refused by name; input items and parts no engine can
+ * serve are refused by their param path (`input[2].content[1].type`),
+ * never ignored. Hints (`reasoning.effort`, `client_metadata`, built-in
+ * tools offered) are accepted and given their local meaning.
  */
 import {
   invalidParam as bad,
   OpenAIError,
   unsupportedParam,
 } from "../lib/openai_errors.ts";
-import { MAX_TOOLS, NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
 import { MAX_MESSAGES } from "./validate_chat.ts";
 import { checkFields } from "./validate_fields.ts";
 import { checkModel } from "./validate.ts";
+import {
+  flatName,
+  readToolChoice,
+  readTools,
+  type ToolNames,
+} from "./responses_tools.ts";
+import {
+  given,
+  isObj,
+  name,
+  nonEmpty,
+  object,
+  onlyKeys,
+  str,
+  typed,
+} from "./_responses_checks.ts";
 
 /** An item of a conversation, in the Responses shape. */
 export type Item = Record<string, unknown>;
@@ -33,7 +50,7 @@ export interface ResponseEcho {
   parallel_tool_calls: boolean;
   previous_response_id: string | null;
   prompt_cache_key: string | null;
-  reasoning: { effort: string | null; summary: null };
+  reasoning: { effort: string | null; summary: string | null };
   safety_identifier: string | null;
   store: boolean;
   temperature: number | null;
@@ -52,10 +69,26 @@ export interface ResponsesRequest {
   store: boolean;
   previousId: string | null;
   instructions: string | null;
-  /** This request's input items, normalised (reasoning items dropped). */
+  /**
+   * This request's input items, normalised; a `reasoning` item holds its
+   * `text`, or the `sealed` encrypted_content still to open
+   * (responses_reasoning.ts) with `at`, its index in `input`.
+   */
   input: Item[];
   /** Whether output text carries logprobs. */
   logprobs: boolean;
+  /** Flat names of namespaced functions → namespace and name. */
+  names: ToolNames;
+  /** Built-in tool types offered and left out of the prompt. */
+  omitted: string[];
+  /** Each chat tool's path in the request (`tools[1].tools[0]`), by chat index. */
+  toolPaths: string[];
+  /** `reasoning.effort`: reaches the engine where it has such a control (responses.ts). */
+  effort: string | null;
+  /** Whether reasoning goes out as summary parts (`reasoning.summary` asked). */
+  summary: boolean;
+  /** Whether reasoning items carry `encrypted_content` (`include`). */
+  encrypted: boolean;
   /** The chat fields besides `model`, `messages` and `stream`. */
   chat: Record<string, unknown>;
   echo: ResponseEcho;
@@ -63,44 +96,6 @@ export interface ResponsesRequest {
 
 /** How a response id looks (`resp_` and up to 128 more characters). */
 export const RESPONSE_ID = /^resp_[A-Za-z0-9_-]{1,128}$/;
-
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
-const given = (v: unknown) => v !== undefined && v !== null;
-const str = (v: unknown): v is string => typeof v === "string";
-const nonEmpty = (v: unknown): v is string => str(v) && v.length > 0;
-
-function object(v: unknown, at: string): Record<string, unknown> {
-  if (!given(v)) {
-    throw bad(at, `${at} is required`, "missing_required_parameter");
-  }
-  if (!isObj(v)) throw bad(at, `${at} must be an object`, "invalid_type");
-  return v;
-}
-
-function typed(v: unknown, at: string, ok: boolean, what: string): void {
-  if (given(v) && !ok) throw bad(at, `${at} must be ${what}`, "invalid_type");
-}
-
-/** Refuses keys of `o` outside `known` that ask for something (not null or false). */
-function onlyKeys(
-  o: Record<string, unknown>,
-  at: string,
-  known: readonly string[],
-): void {
-  for (const [key, v] of Object.entries(o)) {
-    if (known.includes(key) || v === null || v === false) continue;
-    const p = `${at}.${key.slice(0, 64)}`;
-    throw unsupportedParam(p, `${p} is not supported`);
-  }
-}
-
-function name(v: unknown, at: string): string {
-  if (!str(v) || !NAME_PATTERN.test(v)) {
-    throw bad(at, `${at} must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
 
 const int = (v: unknown, lo: number, hi: number) =>
   Number.isSafeInteger(v) && (v as number) >= lo && (v as number) <= hi;
@@ -183,8 +178,33 @@ function contentParts(
 
 const ROLES = ["user", "system", "developer", "assistant"];
 
-/** Reads one input item; null for items that are dropped (reasoning). */
-function inputItem(raw: unknown, at: string): Item | null {
+/**
+ * A `reasoning` item: its sealed `encrypted_content` (opened later), else
+ * its `reasoning_text` content; null when it holds neither (a summary
+ * alone is not what the model thought).
+ */
+function reasoningInput(item: Record<string, unknown>, at: string, i: number) {
+  const sealed = item.encrypted_content;
+  typed(sealed, `${at}.encrypted_content`, nonEmpty(sealed), "a string");
+  if (nonEmpty(sealed)) return { type: "reasoning", sealed, at: i };
+  const content = item.content;
+  typed(content, `${at}.content`, Array.isArray(content), "an array");
+  let text = "";
+  (Array.isArray(content) ? content : []).forEach((raw, j) => {
+    const part = object(raw, `${at}.content[${j}]`);
+    if (part.type !== "reasoning_text" || !str(part.text)) {
+      throw bad(
+        `${at}.content[${j}]`,
+        `${at}.content[${j}] must be a reasoning_text part with a string text`,
+      );
+    }
+    text += part.text;
+  });
+  return text ? { type: "reasoning", text } : null;
+}
+
+/** Reads one input item; null for items that are dropped (empty reasoning). */
+function inputItem(raw: unknown, at: string, i: number): Item | null {
   const item = object(raw, at);
   const type = item.type ?? (given(item.role) ? "message" : undefined);
   if (type === "message") {
@@ -213,10 +233,17 @@ function inputItem(raw: unknown, at: string): Item | null {
         "invalid_type",
       );
     }
+    // a namespaced function's call: the model knows it by its flat name
+    const ns = item.namespace;
+    typed(ns, `${at}.namespace`, nonEmpty(ns), "a non-empty string");
+    if (nonEmpty(ns)) name(item.name, `${at}.name`);
     return {
       type: "function_call",
       call_id: item.call_id,
-      name: name(item.name, `${at}.name`),
+      name: name(
+        nonEmpty(ns) ? flatName(ns, item.name as string) : item.name,
+        nonEmpty(ns) ? `${at}.namespace` : `${at}.name`,
+      ),
       arguments: item.arguments,
     };
   }
@@ -251,13 +278,12 @@ function inputItem(raw: unknown, at: string): Item | null {
     }
     return { type: "function_call_output", call_id: item.call_id, output };
   }
-  // Earlier turns' reasoning: chat templates leave it out of the prompt.
-  if (type === "reasoning") return null;
+  if (type === "reasoning") return reasoningInput(item, at, i);
   throw unsupportedParam(
     `${at}.type`,
     `${at}.type: input items of type ${
       String(type).slice(0, 64)
-    } are not supported (messages, function_call and function_call_output are)`,
+    } are not supported (messages, function_call, function_call_output and reasoning are)`,
   );
 }
 
@@ -285,116 +311,10 @@ function inputItems(v: unknown): Item[] {
   }
   const out: Item[] = [];
   v.forEach((raw, i) => {
-    const item = inputItem(raw, `input[${i}]`);
+    const item = inputItem(raw, `input[${i}]`, i);
     if (item) out.push(item);
   });
   return out;
-}
-
-const BUILT_IN = "declare a function tool: built-in tools are not available";
-
-/** Reads flat function tools; returns them as echoed and as chat tools. */
-function tools(v: unknown): {
-  echo: Record<string, unknown>[];
-  chat: Record<string, unknown>[];
-} {
-  if (!given(v)) return { echo: [], chat: [] };
-  if (!Array.isArray(v)) {
-    throw bad("tools", "tools must be an array of tools", "invalid_type");
-  }
-  if (v.length > MAX_TOOLS) {
-    throw bad(
-      "tools",
-      `tools must hold at most ${MAX_TOOLS} items`,
-      "array_above_max_length",
-    );
-  }
-  const seen = new Set<string>();
-  const echo: Record<string, unknown>[] = [];
-  const chat: Record<string, unknown>[] = [];
-  v.forEach((raw, i) => {
-    const at = `tools[${i}]`;
-    const t = object(raw, at);
-    if (t.type !== "function") {
-      throw unsupportedParam(
-        `${at}.type`,
-        `${at}.type: the tool ${
-          String(t.type).slice(0, 64)
-        } is not supported; ${BUILT_IN}`,
-      );
-    }
-    onlyKeys(t, at, ["type", "name", "description", "parameters", "strict"]);
-    const n = name(t.name, `${at}.name`);
-    if (seen.has(n)) {
-      throw bad(`${at}.name`, `${at}.name: ${n} is declared twice`);
-    }
-    seen.add(n);
-    typed(t.description, `${at}.description`, str(t.description), "a string");
-    typed(
-      t.parameters,
-      `${at}.parameters`,
-      isObj(t.parameters),
-      "a JSON Schema object",
-    );
-    typed(t.strict, `${at}.strict`, typeof t.strict === "boolean", "a boolean");
-    const fn: Record<string, unknown> = { name: n };
-    if (str(t.description)) fn.description = t.description;
-    if (isObj(t.parameters)) fn.parameters = t.parameters;
-    if (typeof t.strict === "boolean") fn.strict = t.strict;
-    chat.push({ type: "function", function: fn });
-    echo.push({
-      type: "function",
-      name: n,
-      description: str(t.description) ? t.description : null,
-      parameters: isObj(t.parameters) ? t.parameters : null,
-      strict: typeof t.strict === "boolean" ? t.strict : null,
-    });
-  });
-  return { echo, chat };
-}
-
-/** Reads `tool_choice`: its echo and chat form. */
-function toolChoice(
-  v: unknown,
-  names: Set<string>,
-): { echo: unknown; chat: unknown } {
-  if (!given(v) || v === "auto" || v === "none") {
-    return { echo: v ?? "auto", chat: v ?? undefined };
-  }
-  if (v === "required") {
-    if (names.size === 0) {
-      throw bad(
-        "tool_choice",
-        'tool_choice "required" needs at least one tool',
-      );
-    }
-    return { echo: v, chat: v };
-  }
-  if (isObj(v) && v.type === "function") {
-    const n = name(v.name, "tool_choice.name");
-    if (!names.has(n)) {
-      throw bad(
-        "tool_choice.name",
-        `tool_choice names the function ${n}, which is not among tools`,
-      );
-    }
-    return {
-      echo: { type: "function", name: n },
-      chat: { type: "function", function: { name: n } },
-    };
-  }
-  if (isObj(v) && str(v.type)) {
-    throw unsupportedParam(
-      "tool_choice.type",
-      `tool_choice of type ${
-        v.type.slice(0, 64)
-      } is not supported; use "auto", "none", "required" or {"type":"function","name":…}`,
-    );
-  }
-  throw bad(
-    "tool_choice",
-    'tool_choice must be "auto", "none", "required" or {"type":"function","name":…}',
-  );
 }
 
 /** Reads `text`: the format as echoed and as chat's response_format. */
@@ -473,31 +393,87 @@ function metadata(v: unknown): Record<string, string> {
   return v as Record<string, string>;
 }
 
-function reasoning(v: unknown): string | null {
-  if (!given(v)) return null;
+const SUMMARIES = ["auto", "concise", "detailed"];
+
+/** Reads `reasoning`: `effort` (a hint) and `summary` (how reasoning is shown). */
+function reasoning(
+  v: unknown,
+): { effort: string | null; summary: string | null } {
+  if (!given(v)) return { effort: null, summary: null };
   const r = object(v, "reasoning");
-  onlyKeys(r, "reasoning", ["effort"]);
+  onlyKeys(r, "reasoning", ["effort", "summary", "generate_summary"]);
   typed(r.effort, "reasoning.effort", str(r.effort), "a string");
-  return str(r.effort) ? r.effort : null;
+  for (const key of ["summary", "generate_summary"]) {
+    const x = r[key];
+    if (given(x) && !SUMMARIES.includes(x as string)) {
+      throw bad(
+        `reasoning.${key}`,
+        `reasoning.${key} must be one of ${SUMMARIES.join(", ")} or null`,
+      );
+    }
+  }
+  const summary = r.summary ?? r.generate_summary;
+  return {
+    effort: str(r.effort) ? r.effort : null,
+    summary: str(summary) ? summary : null,
+  };
 }
 
 const LOGPROBS = "message.output_text.logprobs";
+const ENCRYPTED = "reasoning.encrypted_content";
+/**
+ * `include` values that ask for data of built-in tools' calls or of input
+ * images: they add to items this gateway never makes (built-in tools are
+ * left out) or to nothing it returns, so they ask for nothing it lacks.
+ */
+const INCLUDE_NOTHING_MORE = [
+  "file_search_call.results",
+  "web_search_call.results",
+  "web_search_call.action.sources",
+  "message.input_image.image_url",
+  "computer_call_output.output.image_url",
+  "code_interpreter_call.outputs",
+];
 
-function include(v: unknown): boolean {
-  if (!given(v)) return false;
+/** Reads `include`: whether logprobs and encrypted reasoning are asked. */
+function include(v: unknown): { logprobs: boolean; encrypted: boolean } {
+  const out = { logprobs: false, encrypted: false };
+  if (!given(v)) return out;
   if (!Array.isArray(v)) {
     throw bad("include", "include must be an array of strings", "invalid_type");
   }
   for (const x of v) {
-    if (x === LOGPROBS) continue;
-    throw unsupportedParam(
-      "include",
-      `include ${
-        JSON.stringify(x).slice(0, 64)
-      } is not supported: only ${LOGPROBS} is`,
+    if (x === LOGPROBS) out.logprobs = true;
+    else if (x === ENCRYPTED) out.encrypted = true;
+    else if (!INCLUDE_NOTHING_MORE.includes(x)) {
+      throw bad(
+        "include",
+        `include ${JSON.stringify(x).slice(0, 64)} is not supported: use ${
+          [LOGPROBS, ENCRYPTED, ...INCLUDE_NOTHING_MORE].join(", ")
+        }`,
+      );
+    }
+  }
+  return out;
+}
+
+/**
+ * Checks `client_metadata` (an object of strings, as Codex CLI sends its
+ * session and turn ids): accepted, never echoed, logged or put in a prompt.
+ */
+function clientMetadata(v: unknown): void {
+  if (!given(v)) return;
+  const ok = isObj(v) && Object.keys(v).length <= 64 &&
+    Object.entries(v).every(([key, x]) =>
+      key.length <= 256 && str(x) && x.length <= 16_384
+    );
+  if (!ok) {
+    throw bad(
+      "client_metadata",
+      "client_metadata must be an object of at most 64 keys (≤ 256 characters) with string values (≤ 16384 characters)",
+      "invalid_type",
     );
   }
-  return v.length > 0;
 }
 
 /** Fields copied to the chat request as they are (the chat validation checks them). */
@@ -570,23 +546,21 @@ export function parseResponses(
   if (given(top) && !int(top, 0, 20)) {
     throw bad("top_logprobs", "top_logprobs must be an integer from 0 to 20");
   }
-  const t = tools(body.tools);
-  const tc = toolChoice(
-    body.tool_choice,
-    new Set(t.echo.map((x) => x.name as string)),
-  );
+  const t = readTools(body.tools);
+  const tc = readToolChoice(body.tool_choice, t.callable, t.omitted);
   const fmt = textFormat(body.text);
   const meta = metadata(body.metadata);
-  const effort = reasoning(body.reasoning);
+  clientMetadata(body.client_metadata);
+  const rs = reasoning(body.reasoning);
+  const inc = include(body.include);
   // top_logprobs: 0 is the default and asks for nothing
-  const logprobs = include(body.include) || (top as number) > 0;
+  const logprobs = inc.logprobs || (top as number) > 0;
   const chat: Record<string, unknown> = {};
   for (const f of PASSED) if (given(body[f])) chat[f] = body[f];
   if (given(maxOut)) chat.max_tokens = maxOut;
   if (t.chat.length > 0) chat.tools = t.chat;
   if (tc.chat !== undefined) chat.tool_choice = tc.chat;
   if (fmt.chat) chat.response_format = fmt.chat;
-  if (effort !== null) chat.reasoning_effort = effort;
   if (logprobs) {
     chat.logprobs = true;
     if (given(top)) chat.top_logprobs = top;
@@ -602,6 +576,12 @@ export function parseResponses(
     instructions: orNull<string>(body.instructions, str),
     input,
     logprobs,
+    names: t.names,
+    omitted: t.omitted,
+    toolPaths: t.paths,
+    effort: rs.effort,
+    summary: rs.summary !== null,
+    encrypted: inc.encrypted,
     chat,
     echo: {
       instructions: orNull<string>(body.instructions, str),
@@ -611,7 +591,7 @@ export function parseResponses(
       parallel_tool_calls: body.parallel_tool_calls !== false,
       previous_response_id: given(prev) ? prev as string : null,
       prompt_cache_key: orNull<string>(body.prompt_cache_key, str),
-      reasoning: { effort, summary: null },
+      reasoning: rs,
       safety_identifier: orNull<string>(body.safety_identifier, str),
       store,
       temperature: orNull<number>(
@@ -664,7 +644,10 @@ function chatContent(parts: Record<string, unknown>[]): unknown {
  * A `function_call` joins the assistant message just before it (one
  * message holds a turn's text and its parallel calls); a
  * `function_call_output` must answer an earlier call (400 naming
- * `input[i].call_id` otherwise).
+ * `input[i].call_id` otherwise). A `reasoning` item's text becomes the
+ * `reasoning_content` of the assistant turn after it (templates that know
+ * it, as Qwen3's, render it; others leave it out); reasoning with no
+ * assistant turn after it is dropped.
  */
 export function chatMessages(
   instructions: string | null,
@@ -675,12 +658,23 @@ export function chatMessages(
   if (instructions) out.push({ role: "system", content: instructions });
   const calls = new Set<string>();
   const first = items.length - fresh;
+  let thought: string | null = null; // reasoning waiting for its assistant turn
+  const assistant = (m: Record<string, unknown>) => {
+    if (thought !== null) m.reasoning_content = thought;
+    thought = null;
+    return m;
+  };
   items.forEach((item, i) => {
-    if (item.type === "message") {
+    if (item.type === "reasoning") {
+      if (str(item.text)) {
+        thought = thought === null ? item.text : `${thought}\n${item.text}`;
+      }
+    } else if (item.type === "message") {
       const parts = item.content as Record<string, unknown>[];
+      if (item.role !== "assistant") thought = null;
       out.push(
         item.role === "assistant"
-          ? { role: "assistant", content: partsText(parts) }
+          ? assistant({ role: "assistant", content: partsText(parts) })
           : { role: item.role, content: chatContent(parts) },
       );
     } else if (item.type === "function_call") {
@@ -693,8 +687,16 @@ export function chatMessages(
       const last = out[out.length - 1];
       if (last?.role === "assistant") {
         ((last.tool_calls ??= []) as unknown[]).push(call);
-      } else out.push({ role: "assistant", content: null, tool_calls: [call] });
+        if (thought !== null && last.reasoning_content === undefined) {
+          assistant(last);
+        }
+      } else {
+        out.push(
+          assistant({ role: "assistant", content: null, tool_calls: [call] }),
+        );
+      }
     } else if (item.type === "function_call_output") {
+      thought = null;
       if (!calls.has(item.call_id as string)) {
         const at = `input[${Math.max(0, i - first)}].call_id`;
         throw bad(
@@ -710,7 +712,6 @@ export function chatMessages(
         content: item.output,
       });
     }
-    // reasoning (an earlier response's output) is not part of the prompt
   });
   if (out.length === (instructions ? 1 : 0)) {
     throw new OpenAIError(

@@ -5,9 +5,13 @@
  * then for a message `response.content_part.added`,
  * `response.output_text.delta`…, `response.output_text.done`,
  * `response.content_part.done` (for reasoning text the same with
- * `response.reasoning_text.*`), for a function call
+ * `response.reasoning_text.*`, or, when a summary was asked,
+ * `response.reasoning_summary_part.added`,
+ * `response.reasoning_summary_text.delta`…, `…summary_text.done`,
+ * `…summary_part.done`), for a function call
  * `response.function_call_arguments.delta`…, `…arguments.done`; then
- * `response.output_item.done`. The stream ends with `response.completed`
+ * `response.output_item.done` (a reasoning item's carries its
+ * `encrypted_content` when included). The stream ends with `response.completed`
  * (or `response.incomplete` when cut at `max_output_tokens`) holding the
  * whole response and its billed usage, or, when it breaks,
  * `response.failed` and an `error` event. The response is stored (when
@@ -30,6 +34,7 @@ import {
   textPart,
 } from "./responses_output.ts";
 import type { Item } from "./responses_request.ts";
+import { restoreName } from "./responses_tools.ts";
 import type { StreamSink } from "./stream.ts";
 
 const PING = sseComment("ping");
@@ -107,6 +112,17 @@ export class ResponsesSink implements StreamSink {
       item,
     });
     if (item.type === "function_call") return s;
+    if (this.#summarised(item)) {
+      const part = { type: "summary_text", text: "" };
+      s += this.#ev("response.reasoning_summary_part.added", {
+        item_id: item.id,
+        output_index: this.#open,
+        summary_index: 0,
+        part: { ...part },
+      });
+      (item.summary as Item[]).push(part);
+      return s;
+    }
     const part = item.type === "message"
       ? textPart("", [])
       : { type: "reasoning_text", text: "" };
@@ -118,6 +134,11 @@ export class ResponsesSink implements StreamSink {
     });
     (item.content as Item[]).push(part); // the event went out as text already
     return s;
+  }
+
+  /** Whether a reasoning item goes out as a summary part. */
+  #summarised(item: Item): boolean {
+    return item.type === "reasoning" && this.shell.summary === true;
   }
 
   #message(): string {
@@ -143,6 +164,14 @@ export class ResponsesSink implements StreamSink {
         output_index: index,
         arguments: item.arguments,
       });
+    } else if (this.#summarised(item)) {
+      const part = (item.summary as Item[])[0]!;
+      const at = { item_id: item.id, output_index: index, summary_index: 0 };
+      s += this.#ev("response.reasoning_summary_text.done", {
+        ...at,
+        text: part.text,
+      });
+      s += this.#ev("response.reasoning_summary_part.done", { ...at, part });
     } else {
       const part = (item.content as Item[])[0]!;
       const done = item.type === "message"
@@ -161,6 +190,12 @@ export class ResponsesSink implements StreamSink {
         content_index: 0,
         part,
       });
+    }
+    if (item.type === "reasoning" && this.shell.seal) {
+      const text = this.#summarised(item)
+        ? (item.summary as Item[])[0]!.text
+        : (item.content as Item[])[0]!.text;
+      item.encrypted_content = this.shell.seal(text as string);
     }
     item.status = status;
     return s + this.#ev("response.output_item.done", {
@@ -185,11 +220,22 @@ export class ResponsesSink implements StreamSink {
   }
 
   #reasoning(delta: string): string {
+    const summary = this.shell.summary === true;
     const s = this.#kind() === "reasoning" ? "" : this.#add({
-      ...reasoningItem(itemId("rs_"), "in_progress", ""),
-      content: [],
+      ...reasoningItem({ summary }, itemId("rs_"), "in_progress", ""),
+      summary: [],
+      ...(summary ? {} : { content: [] }),
     });
     const item = this.#output[this.#open]!;
+    if (summary) {
+      (item.summary as Item[])[0]!.text += delta;
+      return s + this.#ev("response.reasoning_summary_text.delta", {
+        item_id: item.id,
+        output_index: this.#open,
+        summary_index: 0,
+        delta,
+      });
+    }
     (item.content as Item[])[0]!.text += delta;
     return s + this.#ev("response.reasoning_text.delta", {
       item_id: item.id,
@@ -212,6 +258,7 @@ export class ResponsesSink implements StreamSink {
           String(tc.id),
           typeof fn.name === "string" ? fn.name : "",
           "",
+          this.shell.names,
         ),
       );
       at = this.#open;
@@ -220,7 +267,11 @@ export class ResponsesSink implements StreamSink {
       // calls come one after another; one resumed after the next began cannot be told
       throw malformed("tool call (deltas of calls interleaved)");
     } else if (typeof fn.name === "string" && fn.name) {
-      this.#output[at]!.name = fn.name; // a name that came late
+      // a name that came late
+      Object.assign(
+        this.#output[at]!,
+        restoreName(this.shell.names ?? new Map(), fn.name),
+      );
     }
     const args = fn.arguments;
     if (typeof args !== "string" || args.length === 0) return s;

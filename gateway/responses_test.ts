@@ -197,10 +197,11 @@ Deno.test("responses request: function tools, tool_choice and text.format transl
       type: "json_schema",
       json_schema: { name: "out", schema, strict: true },
     },
-    reasoning_effort: "low",
     logprobs: true,
     top_logprobs: 2,
   });
+  // effort is decided with the fleet in view (responses.ts), not here
+  assert.equal(r.effort, "low");
   assert.deepEqual(r.echo.tools[1], {
     type: "function",
     name: "g",
@@ -216,26 +217,33 @@ Deno.test("responses request: function tools, tool_choice and text.format transl
 
 Deno.test("responses request: what cannot be served is refused by name, never ignored", () => {
   refused(
-    { tools: [{ type: "web_search" }] },
+    { tools: [{ type: "custom", name: "apply_patch" }] },
     "tools[0].type",
     "unsupported_parameter",
   );
   refused(
-    { tools: [{ type: "file_search", vector_store_ids: ["v"] }] },
-    "tools[0].type",
+    { tools: [{ type: "web_search" }], tool_choice: "required" },
+    "tool_choice",
+    "unsupported_parameter",
   );
   refused(
     { tools: [{ type: "function", name: "f", defer_loading: true }] },
     "tools[0].defer_loading",
   );
-  refused({ tool_choice: { type: "web_search_preview" } }, "tool_choice.type");
+  refused(
+    { tool_choice: { type: "web_search_preview" } },
+    "tool_choice",
+    "unsupported_parameter",
+  );
+  refused({ tool_choice: { type: "allowed_tools" } }, "tool_choice.type");
   refused({ tool_choice: "required" }, "tool_choice");
   refused({ background: true }, "background", "unsupported_parameter");
   refused({ truncation: "auto" }, "truncation", "unsupported_parameter");
   refused({ conversation: "conv_1" }, "conversation");
-  refused({ include: ["reasoning.encrypted_content"] }, "include");
+  refused({ include: ["reasoning.everything"] }, "include");
+  refused({ client_metadata: { a: 1 } }, "client_metadata");
+  refused({ reasoning: { summary: "long" } }, "reasoning.summary");
   refused({ text: { verbosity: "high" } }, "text.verbosity");
-  refused({ reasoning: { summary: "auto" } }, "reasoning.summary");
   refused({ stream_options: { include_obfuscation: true } }, "stream_options");
   refused(
     { stream: true, stream_options: { include_obfuscation: true } },

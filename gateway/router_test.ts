@@ -85,6 +85,60 @@ Deno.test("NodeRouter.acquire() sends a conversation to the same node while it i
   }
 });
 
+Deno.test("affinityOf() follows prompt_cache_key over the conversation's opening", () => {
+  const turn = (content: string, key?: string) =>
+    affinityOf({
+      model: "m",
+      messages: [{ role: "system", content }, { role: "user", content: "Go" }],
+      ...(key === undefined ? {} : { prompt_cache_key: key }),
+    });
+  // one key: one number, whatever the opening
+  assert.equal(turn("Prompt v1", "session-1"), turn("Prompt v2", "session-1"));
+  assert.notEqual(
+    turn("Prompt v1", "session-1"),
+    turn("Prompt v1", "session-2"),
+  );
+  assert.notEqual(turn("Prompt v1"), turn("Prompt v2"));
+  // an empty key asks for nothing: the opening decides
+  assert.equal(turn("Prompt v1", ""), turn("Prompt v1"));
+  // per model
+  assert.notEqual(
+    affinityOf({ model: "a", prompt_cache_key: "k" }),
+    affinityOf({ model: "b", prompt_cache_key: "k" }),
+  );
+  // a key is not the same as an opening of the same text
+  assert.notEqual(
+    affinityOf({ model: "m", prompt_cache_key: "Hi" }),
+    affinityOf({ model: "m", prompt: "Hi" }),
+  );
+});
+
+Deno.test("NodeRouter.acquire() sends one prompt_cache_key's requests to one node of two, and keys spread", async () => {
+  const router = new NodeRouter(fleetOf([["a", 4], ["b", 4]]));
+  const signal = new AbortController().signal;
+  const counts: Record<string, number> = { a: 0, b: 0 };
+  for (let k = 0; k < 40; k++) {
+    const nodes = new Set<string>();
+    for (let turn = 0; turn < 5; turn++) {
+      const slot = await router.acquire(
+        "m",
+        signal,
+        null,
+        affinityOf({
+          model: "m",
+          prompt_cache_key: `session-${k}`,
+          messages: [{ role: "user", content: `turn ${turn} of ${k}` }],
+        }),
+      );
+      nodes.add(slot.node.id);
+      slot.release();
+    }
+    assert.equal(nodes.size, 1, `session-${k}`);
+    counts[[...nodes][0]!]!++;
+  }
+  assert.ok(counts.a! >= 8 && counts.b! >= 8, JSON.stringify(counts));
+});
+
 Deno.test("affinityOf() is the same for every turn of a conversation and null without a prompt", () => {
   const opening = [
     { role: "system", content: "Be brief." },

@@ -71,7 +71,8 @@ export const CHAT_FIELDS: Readonly<Record<string, FieldRule>> = {
   parallel_tool_calls: node,
   prediction: refused("predicted outputs are not supported"),
   presence_penalty: node,
-  // Prefix reuse is automatic on nodes; the key only helps a provider route.
+  // Prefix reuse is automatic on nodes; the key routes one key's requests
+  // to one node, where its prefix is cached (gateway/affinity.ts).
   prompt_cache_key: node,
   prompt_cache_retention: refused(
     "nodes keep prompt prefixes as memory allows; retention cannot be set",
@@ -152,7 +153,9 @@ export const RESPONSE_FIELDS: Readonly<Record<string, FieldRule>> = {
   max_output_tokens: gateway, // → max_tokens
   temperature: node,
   top_p: node,
-  tools: gateway, // flat function tools → chat tools
+  // function tools and namespaces of them → chat tools; built-in tools are
+  // left out (named in x-orchard-tools-omitted) unless tool_choice needs one
+  tools: gateway,
   tool_choice: gateway,
   parallel_tool_calls: node,
   text: gateway, // format → response_format; verbosity: the default only
@@ -161,11 +164,19 @@ export const RESPONSE_FIELDS: Readonly<Record<string, FieldRule>> = {
   store: gateway,
   previous_response_id: gateway,
   metadata: gateway, // kept with the response
+  // The client's own ids (Codex CLI's session and turn): accepted, never
+  // echoed, logged or put in a prompt.
+  client_metadata: gateway,
   user: node,
   safety_identifier: node,
+  // Also the routing affinity: one key's requests go to one node (gateway/affinity.ts).
   prompt_cache_key: node,
-  reasoning: gateway, // effort → reasoning_effort; no summaries
-  include: gateway, // message.output_text.logprobs only
+  // effort → reasoning_effort where the engine has that control, else a
+  // hint with nothing to set; summary: reasoning as summary_text parts
+  reasoning: gateway,
+  // logprobs, reasoning.encrypted_content (sealed reasoning), and the
+  // built-in tools' includes (nothing to add: those tools are left out)
+  include: gateway,
   top_logprobs: gateway, // → logprobs + top_logprobs
   // It bounds calls to built-in tools, of which there are none here.
   max_tool_calls: gateway,

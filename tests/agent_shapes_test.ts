@@ -97,7 +97,7 @@ function checkResponse(r: Json) {
   const output = r.output as Json[];
   assert.ok(output.length >= 1);
   for (const item of output) {
-    assert.match(String(item.type), /^(message|function_call)$/);
+    assert.match(String(item.type), /^(message|function_call|reasoning)$/);
     if (item.type === "function_call") {
       assert.match(String(item.call_id), /^call_/);
       assert.equal(typeof item.arguments, "string");

@@ -1,12 +1,12 @@
 /**
- * Every request field of OpenAI's chat completions reference, sent through
- * the gateway to a scripted node: each is honoured (reaches the node, or has
+ * Every request field of OpenAI's chat completions reference (and of the
+ * Responses API), sent through the gateway to a scripted node: each is honoured (reaches the node, or has
  * the gateway's effect, with a 200) or refused (400 `unsupported_parameter`
  * naming it, nothing sent to a node); never accepted and ignored.
  */
 import assert from "node:assert/strict";
 import { createWorld, readSSE, type World } from "../gateway/_testing.ts";
-import { CHAT_FIELDS } from "../lib/openai_request_fields.ts";
+import { CHAT_FIELDS, RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
 
 const WEATHER = {
   type: "function",
@@ -295,6 +295,142 @@ Deno.test("an Anthropic tool conversation reaches the node as a valid chat body"
       tool_call_id: "toolu_1",
       content: "12 °C",
     });
+  } finally {
+    await w.close();
+  }
+});
+
+/** A plausible value of each Responses field, and what it needs beside it. */
+const RESPONSES_REFERENCE: Record<string, { value: unknown; with?: object }> = {
+  model: { value: "tiny" },
+  input: { value: "Hi" },
+  instructions: { value: "Be brief." },
+  max_output_tokens: { value: 16 },
+  temperature: { value: 0.2 },
+  top_p: { value: 0.9 },
+  tools: {
+    value: [
+      { type: "function", name: "get_weather", parameters: { type: "object" } },
+      {
+        type: "namespace",
+        name: "crm",
+        description: "CRM",
+        tools: [{ type: "function", name: "lookup" }],
+      },
+      { type: "web_search" },
+    ],
+  },
+  tool_choice: {
+    value: { type: "function", name: "get_weather" },
+    with: { tools: [{ type: "function", name: "get_weather" }] },
+  },
+  parallel_tool_calls: { value: false },
+  text: { value: { format: { type: "json_object" } } },
+  stream: { value: true },
+  stream_options: {
+    value: { include_obfuscation: false },
+    with: { stream: true },
+  },
+  store: { value: false },
+  metadata: { value: { team: "search" } },
+  client_metadata: { value: { session_id: "s-1", turn_id: "t-1" } },
+  user: { value: "user-1234" },
+  safety_identifier: { value: "b5e1c2" },
+  prompt_cache_key: { value: "session-1" },
+  reasoning: { value: { effort: "low", summary: "auto" } },
+  include: { value: ["reasoning.encrypted_content"] },
+  top_logprobs: { value: 2 },
+  max_tool_calls: { value: 3 },
+  background: { value: true },
+  truncation: { value: "auto" },
+  service_tier: { value: "flex" },
+  conversation: { value: "conv_1" },
+  prompt: { value: { id: "pmpt_1" } },
+  prompt_cache_retention: { value: "24h" },
+  prompt_cache_options: { value: { mode: "explicit" } },
+  context_management: { value: [{ type: "compaction" }] },
+  moderation: { value: { model: "omni-moderation-latest" } },
+  access_programs: { value: ["p"] },
+  image: { value: { detail: "high" } },
+  seed: { value: 42 },
+  presence_penalty: { value: 0.5 },
+  frequency_penalty: { value: 0.5 },
+  ...Object.fromEntries(
+    Object.entries(EXTENSIONS).map(([k, value]) => [k, { value }]),
+  ),
+};
+
+/** Responses fields reaching the node under their own name, unchanged. */
+const RESPONSES_FORWARDED = [
+  "temperature",
+  "top_p",
+  "parallel_tool_calls",
+  "user",
+  "safety_identifier",
+  "prompt_cache_key",
+  "seed",
+  "presence_penalty",
+  "frequency_penalty",
+  ...Object.keys(EXTENSIONS),
+];
+
+/** What the Responses API refuses today (a change here is a product decision). */
+const RESPONSES_REFUSED = [
+  "background",
+  "truncation",
+  "service_tier",
+  "conversation",
+  "prompt",
+  "prompt_cache_retention",
+  "prompt_cache_options",
+  "context_management",
+  "moderation",
+  "access_programs",
+  "image",
+];
+
+Deno.test("every Responses API field is taken (with its local meaning) or refused with unsupported_parameter", async () => {
+  assert.deepEqual(
+    [...Object.keys(RESPONSES_REFERENCE), "previous_response_id"].sort(),
+    Object.keys(RESPONSE_FIELDS).sort(),
+    "every field of the gateway's list is sent here (previous_response_id: gateway/responses_test.ts)",
+  );
+  const w = await createWorld();
+  try {
+    const refused: string[] = [];
+    for (
+      const [field, { value, with: beside }] of Object.entries(
+        RESPONSES_REFERENCE,
+      )
+    ) {
+      const before = w.up.requests.length;
+      const res = await w.post("/v1/responses", {
+        model: "tiny",
+        input: "Hi",
+        ...beside,
+        [field]: value,
+      });
+      const text = await res.text();
+      if (res.status === 400) {
+        const { error } = JSON.parse(text);
+        assert.equal(error.code, "unsupported_parameter", `${field}: ${text}`);
+        assert.equal(error.param, field);
+        assert.equal(w.up.requests.length, before, `${field} reached a node`);
+        refused.push(field);
+        continue;
+      }
+      assert.equal(res.status, 200, `${field}: ${text.slice(0, 300)}`);
+      const sent = w.up.requests.at(-1)!.body;
+      if (RESPONSES_FORWARDED.includes(field)) {
+        assert.deepEqual(sent[field], value, `${field} reaches the node`);
+      }
+      assert.equal(
+        JSON.stringify(sent).includes("s-1"),
+        false,
+        "client_metadata reaches no node",
+      );
+    }
+    assert.deepEqual(refused, RESPONSES_REFUSED);
   } finally {
     await w.close();
   }

@@ -437,21 +437,15 @@ Deno.test({
     "what cannot be served is refused with a 400 naming it",
     async () => {
       const cases: [Record<string, unknown>, string, RegExp][] = [
-        [{ tools: [{ type: "web_search" }] }, "tools[0].type", /web_search/],
+        // a built-in tool required: no node can run it
+        [
+          { tools: [{ type: "web_search" }], tool_choice: "required" },
+          "tool_choice",
+          /web_search/,
+        ],
         [{ background: true }, "background", /background/],
         [{ truncation: "auto" }, "truncation", /truncation/],
-        [
-          { include: ["reasoning.encrypted_content"] },
-          "include",
-          /reasoning\.encrypted_content/,
-        ],
-        // the llama engine has no reasoning-effort control: refused by the
-        // node, named as the client named it
-        [
-          { reasoning: { effort: "high" } },
-          "reasoning.effort",
-          /reasoning\.effort/,
-        ],
+        [{ tools: [{ type: "custom", name: "x" }] }, "tools[0].type", /custom/],
       ];
       for (const [extra, param, message] of cases) {
         await assert.rejects(
@@ -470,6 +464,60 @@ Deno.test({
           },
         );
       }
+    },
+  );
+
+  await t.step(
+    "hints are taken with their local meaning and reported: built-in tools offered, effort, summaries, encrypted reasoning",
+    async () => {
+      const { data, response } = await openai.responses.create({
+        model: "tiny",
+        input: "Hi",
+        max_output_tokens: 4,
+        store: false,
+        tools: [{ type: "web_search" }],
+        reasoning: { effort: "high", summary: "auto" },
+        include: ["reasoning.encrypted_content"],
+        prompt_cache_key: "session-1",
+      }).withResponse();
+      assert.equal(
+        response.headers.get("x-orchard-tools-omitted"),
+        "web_search",
+      );
+      // the llama engine has no reasoning-effort control
+      assert.equal(
+        response.headers.get("x-orchard-reasoning-effort"),
+        "not_applicable",
+      );
+      assert.deepEqual(data.reasoning, { effort: "high", summary: "auto" });
+      assert.deepEqual(data.tools.map((x) => x.type), ["web_search"]);
+      assert.equal(data.prompt_cache_key, "session-1");
+      assert.ok(data.output.length >= 1);
+      // an earlier turn's reasoning goes back into its assistant turn
+      const again = await openai.responses.create({
+        model: "tiny",
+        max_output_tokens: 4,
+        store: false,
+        input: [
+          { role: "user", content: "Hi" },
+          {
+            type: "reasoning",
+            id: "rs_1",
+            summary: [],
+            content: [{ type: "reasoning_text", text: "Greet back." }],
+          },
+          { role: "assistant", content: "Hello" },
+          { role: "user", content: "Again" },
+        ],
+      });
+      assert.ok(again.output.length >= 1);
+      const n = await openai.responses.inputTokens.count({
+        model: "tiny",
+        input: "Hi",
+        tools: [{ type: "web_search" }],
+      });
+      assert.equal(n.object, "response.input_tokens");
+      assert.ok(n.input_tokens > 0);
     },
   );
 
