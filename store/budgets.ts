@@ -18,7 +18,7 @@ import { commitAuthChange } from "./auth_epoch.ts";
 import type { ApiKey } from "./api_keys.ts";
 import { ConflictError, NotFoundError, ValidationError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
-import { formatMoney, MICRO, parseMoney } from "./money.ts";
+import { formatMoney, MICRO, moneyText } from "./money.ts";
 import {
   type Principal,
   requirePlatform,
@@ -27,7 +27,7 @@ import {
 } from "./principal.ts";
 import { type HardBudgets, seedCounter, windowOf } from "./quota/mod.ts";
 import { getPricing } from "./pricing.ts";
-import { parse } from "./schemas.ts";
+import { moneySchema, parse } from "./schemas.ts";
 import { monthSpend } from "./spend.ts";
 import type { Store } from "./store.ts";
 import { getTenantRaw } from "./tenants.ts";
@@ -70,20 +70,25 @@ const tokensAmount = z.coerce.number({ error: "must be a number" }).int(
   "must be a whole number of tokens",
 ).min(1, "must be at least 1").max(1e12, "must be at most 10^12");
 
-const moneyAmount = z.union([z.string(), z.number()], {
-  error: "must be an amount",
-}).transform((v, ctx) => {
-  try {
-    const micro = parseMoney(v, "amount");
-    if (micro > 0 && micro <= MAX_MONEY) return micro;
-  } catch { /* below */ }
-  ctx.addIssue({
-    code: "custom",
-    message:
-      "must be an amount above 0 and at most 10^9, with at most 6 decimals",
-  });
-  return z.NEVER;
+const moneyAmount = moneySchema({
+  positive: true,
+  maxMicro: MAX_MONEY,
+  what: "must be an amount above 0 and at most 10^9, with at most 6 decimals",
 });
+
+/** Fields a read gives that a write may send back unchanged (and are ignored). */
+const readOnly = Object.fromEntries(
+  [
+    "tenantId",
+    "keyId",
+    "unit",
+    "currency",
+    "spent",
+    "percent",
+    "updatedAt",
+    "updatedBy",
+  ].map((f) => [f, z.unknown().optional().meta({ readOnly: true })]),
+);
 
 const budgetSchema = (unit: BudgetUnit) =>
   z.object({
@@ -92,7 +97,15 @@ const budgetSchema = (unit: BudgetUnit) =>
       false,
     ),
     thresholds: thresholdsSchema.optional().default(DEFAULT_THRESHOLDS),
-  }).strict();
+    ...readOnly,
+  }).strict().transform(({ amount, hard, thresholds }) => ({
+    amount,
+    hard,
+    thresholds,
+  }));
+
+/** The request body of a budget in `unit`, for the OpenAPI document. */
+export const budgetBodySchema = budgetSchema;
 
 /** Validates a unit (a path segment). */
 export function parseUnit(raw: string | undefined): BudgetUnit {
@@ -365,5 +378,21 @@ export async function budgetStatus(
         percent: Math.floor((spent / b.amount) * 1000) / 10,
       };
     }),
+  };
+}
+
+/**
+ * A budget as the admin API reads and writes it: a money budget's amount
+ * and spend as decimal strings in major units of `currency`
+ * (store/money.ts), a token budget's as whole tokens.
+ */
+export function budgetJson(b: Budget | BudgetUse, currency: string) {
+  const money = b.unit === "money";
+  const amount = (v: number) => money ? moneyText(v) : v;
+  return {
+    ...b,
+    amount: amount(b.amount),
+    currency: money ? currency : null,
+    ...("spent" in b ? { spent: amount(b.spent) } : {}),
   };
 }

@@ -221,7 +221,14 @@ Deno.test("GET /api/admin/v1/statements answers JSON or CSV and readable 400s", 
       w.tokens.platform,
     );
     assert.equal(json.status, 200);
-    assert.equal((await json.json()).totalMicro, 2_970_000);
+    // money in the admin API: decimal strings in major units, never micro-units
+    const body = await json.json();
+    assert.equal(body.total, "2.97");
+    assert.equal(body.currency, "EUR");
+    assert.equal(body.totalMicro, undefined);
+    assert.ok(body.lines.every((l: { amount: unknown }) =>
+      typeof l.amount === "string"
+    ));
     const csv = await api(
       w,
       "GET",
