@@ -610,7 +610,10 @@ Deno.test("admin API: budgets, alerts and webhooks, each within its tenant and r
     const keyBudget = status.budgets.find((b: { keyId: string | null }) =>
       b.keyId === apiKey.id
     );
-    assert.equal(keyBudget.spent, 10_000, "1,000 tokens at 10 per 1M: 0.01");
+    // money in the admin API: decimal strings in major units
+    assert.equal(keyBudget.spent, "0.01", "1,000 tokens at 10 per 1M: 0.01");
+    assert.equal(keyBudget.amount, "0.01");
+    assert.equal(status.currency, "EUR");
     assert.equal(keyBudget.percent, 100);
     const listedAlerts = await (await api(
       w,
