@@ -21,6 +21,7 @@ import {
 import { rollupsOf } from "../store/usage_rollups.ts";
 import { BudgetMonitor } from "./budget_monitor.ts";
 import { PriceCache } from "./prices.ts";
+import { SettledUse } from "./settled_use.ts";
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
@@ -108,6 +109,8 @@ export class GatewayCore {
   readonly prices: PriceCache;
   /** Budget checks as usage lands, and the alerts they create. */
   readonly budgets: BudgetMonitor;
+  /** What quota windows really used (rollups): tells a refusal by requests in flight from one by spent quota. */
+  readonly settled: SettledUse;
   /** Sends queued webhook deliveries (from `start()`, unless disabled). */
   readonly webhooks: WebhookDispatcher;
   readonly #sendWebhooks: boolean;
@@ -163,6 +166,7 @@ export class GatewayCore {
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
     this.prices = new PriceCache(deps.store);
+    this.settled = new SettledUse(deps.store);
     this.#sendWebhooks = opts.webhooks !== false;
     this.#sweep = opts.retentionSweep ?? true;
     this.webhooks = new WebhookDispatcher(deps.store, {
@@ -185,6 +189,27 @@ export class GatewayCore {
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
       (opts.router?.queueTimeoutMs ?? 10_000);
+  }
+
+  /**
+   * Whether a day, month or spend refusal is only for what requests in
+   * flight hold: what the window really used (the rollups) leaves room
+   * for what the request needs, so it fits once they settle.
+   */
+  async heldOnly(
+    a: Extract<Admission, { ok: false }>,
+    tenantId: string,
+  ): Promise<boolean> {
+    if (a.reason !== "quota" || a.needed === undefined) return false;
+    try {
+      const spent = await this.settled.of(a.rule, tenantId);
+      return a.rule.limit - spent >= a.needed;
+    } catch (e) {
+      this.log.warn("cannot read the window's usage; refused as spent", {
+        error: String(e),
+      });
+      return false;
+    }
   }
 
   get fleet(): Fleet {
@@ -440,8 +465,17 @@ export class Exchange {
     }
     this.headers = quotaHeaders(a.view);
     if (!a.ok) {
-      if (a.rule.budget) this.core.budgets.refused(ctx.tenant.id, a.rule);
-      throw rejectionError(a, this.headers);
+      const held = await this.core.heldOnly(a, ctx.tenant.id);
+      if (a.rule.budget && !held) {
+        this.core.budgets.refused(ctx.tenant.id, a.rule);
+      }
+      throw rejectionError(a, this.headers, {
+        held,
+        model: this.model,
+        currency: ctx.priced
+          ? await this.core.prices.currency().catch(() => null)
+          : null,
+      });
     }
     this.reservation = a.reservation;
     const granted = a.reservation?.tokens ?? worst;

@@ -25,7 +25,8 @@ import {
   requireTenantRead,
   requireTenantWrite,
 } from "./principal.ts";
-import { type HardBudgets, seedCounter, windowOf } from "./quota/mod.ts";
+import type { HardBudgets } from "./quota/mod.ts";
+import { seedBudgetCounter } from "./usage_seed.ts";
 import { getPricing } from "./pricing.ts";
 import { moneySchema, parse } from "./schemas.ts";
 import { monthSpend } from "./spend.ts";
@@ -279,36 +280,8 @@ async function write(
   if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The budget changed meanwhile; try again");
   }
-  if (budget.hard) await seedSpent(store, budget);
+  await seedBudgetCounter(store, budget);
   return budget;
-}
-
-/**
- * A hard budget set during its month counts what was spent in it before
- * (as the month's rollups have it, a few seconds behind): its quota
- * counter starts there, unless requests counted in it already.
- */
-async function seedSpent(store: Store, b: Budget): Promise<void> {
-  const now = Date.now();
-  const kind = b.unit === "money" ? "spend" : "month";
-  const [window] = windowOf(kind, now);
-  const subject = b.keyId ? `k:${b.keyId}` : `t:${b.tenantId}`;
-  const spend = await monthSpend(
-    store,
-    b.tenantId,
-    monthOf(now),
-    await getPricing(store),
-    b.keyId !== null,
-  );
-  const use = b.keyId ? spend.keys.get(b.keyId) : spend.tenant;
-  if (!use) return;
-  await seedCounter(
-    store,
-    subject,
-    window,
-    b.unit === "money" ? use.money : use.tokens,
-    now,
-  );
 }
 
 async function remove(
