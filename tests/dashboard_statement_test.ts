@@ -226,9 +226,11 @@ Deno.test("GET /api/admin/v1/statements answers JSON or CSV and readable 400s", 
     assert.equal(body.total, "2.97");
     assert.equal(body.currency, "EUR");
     assert.equal(body.totalMicro, undefined);
-    assert.ok(body.lines.every((l: { amount: unknown }) =>
-      typeof l.amount === "string"
-    ));
+    assert.ok(
+      body.lines.every((l: { amount: unknown }) =>
+        typeof l.amount === "string"
+      ),
+    );
     const csv = await api(
       w,
       "GET",
