@@ -201,9 +201,14 @@ export class GatewayCore {
     tenantId: string,
   ): Promise<boolean> {
     if (a.reason !== "quota" || a.needed === undefined) return false;
+    const fits = (spent: number) => a.rule.limit - spent >= a.needed!;
     try {
-      const spent = await this.settled.of(a.rule, tenantId);
-      return a.rule.limit - spent >= a.needed;
+      if (!fits(await this.settled.of(a.rule, tenantId))) return false;
+      // The rollups may not hold this gateway's finished requests yet
+      // (they are written every few seconds): write them, read again.
+      const asked = Date.now();
+      await this.usage.flush();
+      return fits(await this.settled.of(a.rule, tenantId, asked));
     } catch (e) {
       this.log.warn("cannot read the window's usage; refused as spent", {
         error: String(e),

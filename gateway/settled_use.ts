@@ -28,12 +28,20 @@ export class SettledUse {
   /**
    * What `rule`'s current window has used (tokens, or micro-units for a
    * spend rule) by settled requests of `tenantId` (`rule.subject` names
-   * the tenant or the key).
+   * the tenant or the key), as read at `notBefore` or later (default: at
+   * most `ttlMs` ago).
    */
-  of(rule: Rule, tenantId: string, now = Date.now()): Promise<number> {
+  of(
+    rule: Rule,
+    tenantId: string,
+    notBefore = Date.now() - this.#ttlMs,
+  ): Promise<number> {
+    const now = Date.now();
     const id = `${rule.subject}\u0000${rule.kind}`;
     const hit = this.#cache.get(id);
-    if (hit && now - hit.at < this.#ttlMs) return hit.value;
+    if (hit && hit.at >= notBefore && now - hit.at < this.#ttlMs) {
+      return hit.value;
+    }
     const value = this.#read(rule, tenantId, now);
     if (this.#cache.size >= 10_000) this.#cache.clear();
     this.#cache.set(id, { at: now, value });
