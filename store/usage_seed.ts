@@ -9,13 +9,40 @@
 import { type Budget } from "./budgets.ts";
 import type { Limits } from "./limits.ts";
 import { getPricing } from "./pricing.ts";
-import { seedCounter, windowOf } from "./quota/mod.ts";
+import {
+  QuotaUnavailableError,
+  seedCounter as raiseCounter,
+  windowOf,
+} from "./quota/mod.ts";
+import { ConflictError } from "./errors.ts";
 import { monthSpend } from "./spend.ts";
 import type { Store } from "./store.ts";
 import { usageTotals } from "./usage.ts";
 import { monthOf } from "./usage_month.ts";
 
 const DAY = 86_400_000;
+
+/**
+ * Raises a counter (quota/counters.ts seedCounter); a counter that kept
+ * changing is a 409 that says the change was saved and to save it again
+ * (the raise is idempotent), never a 500.
+ */
+async function seedCounter(
+  store: Store,
+  subject: string,
+  window: string,
+  value: number,
+  now: number,
+): Promise<void> {
+  try {
+    await raiseCounter(store, subject, window, value, now);
+  } catch (e) {
+    if (!(e instanceof QuotaUnavailableError)) throw e;
+    throw new ConflictError(
+      "Saved, but its counter could not start from this period's usage while requests kept changing it; save it again",
+    );
+  }
+}
 
 /** Tokens a tenant (or one of its keys) used in the window of `kind` containing `now`. */
 export async function tokensUsedIn(

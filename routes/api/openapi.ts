@@ -393,12 +393,12 @@ export function openApiDocument() {
           "Chargeback prices and cluster cost model (money as decimal strings in major units of `currency`)",
           {
             status: "200",
-            schema: { type: "object" },
+            schema: jsonSchemaOf(pricingSchema),
           },
         ),
         put: op(
           "Replace the chargeback settings (platform admins; money as decimal strings in major units, never numbers; `updatedAt`/`updatedBy` are read only and ignored)",
-          { status: "200", schema: { type: "object" } },
+          { status: "200", schema: jsonSchemaOf(pricingSchema) },
           { requestBody: requestBody(pricingSchema) },
         ),
       },
