@@ -7,6 +7,7 @@
  * can be in it. Tenant admins (their own tenant) and platform admins.
  */
 import type { AuditEntry } from "./audit.ts";
+import { auditJson } from "./audit_json.ts";
 import { alertJson, type BudgetAlert } from "./budget_alerts.ts";
 import { type Budget, budgetJson } from "./budgets.ts";
 import { getPricing } from "./pricing.ts";
@@ -106,7 +107,8 @@ export async function exportTenant(
       "hash",
     ]),
     usage,
-    audit: await valuesUnder<AuditEntry>(kv, k.auditByTenantPrefix(tenantId)),
+    audit: (await valuesUnder<AuditEntry>(kv, k.auditByTenantPrefix(tenantId)))
+      .map((e) => auditJson(e, currency)),
     responses,
     // money as decimal strings in major units, like the admin API
     budgets: (await valuesUnder<Budget>(kv, k.budgetPrefix(tenantId)))

@@ -189,6 +189,36 @@ Deno.test("GET → PUT → GET is the identity on every admin resource with mone
 
     // nothing was re-priced: the statement is what it was to the cent
     assert.equal((await statement()).total, billed);
+
+    // the audit log and the tenant's export write money the same way
+    const audit = await json(
+      await api(w, "GET", "/audit?action=pricing.set", platform),
+      "audit",
+    );
+    assert.equal(audit.items[0].after.models[0].promptPerMillion, "400.00");
+    assert.equal(audit.items[0].before.cluster.tariffPerKwh, "0.2875");
+    const budgetAudit = await json(
+      await api(
+        w,
+        "GET",
+        `/audit?action=budget.set&tenant=${w.tenantA.id}`,
+        platform,
+      ),
+      "audit",
+    );
+    const moneySet = budgetAudit.items.find((e: any) =>
+      e.after.unit === "money" && e.after.keyId === null
+    );
+    assert.equal(moneySet.after.amount, "2000.00");
+    assert.equal(moneySet.after.currency, "USD");
+    const exported = await json(
+      await api(w, "GET", "/tenants/acme/export", platform),
+      "export",
+    );
+    assert.deepEqual(
+      exported.budgets.map((b: any) => b.amount).sort(),
+      [...listed.budgets.map((b: any) => b.amount)].sort(),
+    );
   } finally {
     await w.close();
   }

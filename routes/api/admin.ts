@@ -18,6 +18,7 @@ import {
   parseRequestLogQuery,
 } from "../../store/request_log.ts";
 import { listAudit } from "../../store/audit.ts";
+import { auditJson } from "../../store/audit_json.ts";
 import { UnauthorizedError } from "../../store/errors.ts";
 import { getTenantLimits, setTenantLimits } from "../../store/limits.ts";
 import {
@@ -199,18 +200,22 @@ export function createAdminApi(): Hono<AdminEnv> {
       link: `${c.get("deps").config.publicUrl}/invite/${token}`,
     }, 201);
   });
-  api.get("/audit", async (c) =>
-    c.json(
-      await listAudit(store(c).kv, c.get("principal"), {
-        tenantId: c.req.query("tenant")?.slice(0, 64),
-        actorId: c.req.query("actor")?.slice(0, 64),
-        action: c.req.query("action")?.slice(0, 64),
-        from: parseLogTime(c.req.query("from"), "from"),
-        to: parseLogTime(c.req.query("to"), "to", true),
-        cursor: c.req.query("cursor"),
-        limit: limitParam(c.req.query("limit")),
-      }),
-    ));
+  api.get("/audit", async (c) => {
+    const page = await listAudit(store(c).kv, c.get("principal"), {
+      tenantId: c.req.query("tenant")?.slice(0, 64),
+      actorId: c.req.query("actor")?.slice(0, 64),
+      action: c.req.query("action")?.slice(0, 64),
+      from: parseLogTime(c.req.query("from"), "from"),
+      to: parseLogTime(c.req.query("to"), "to", true),
+      cursor: c.req.query("cursor"),
+      limit: limitParam(c.req.query("limit")),
+    });
+    const { currency } = await getPricing(store(c));
+    return c.json({
+      ...page,
+      items: page.items.map((e) => auditJson(e, currency)),
+    });
+  });
   api.get("/usage", async (c) => {
     const p = c.get("principal");
     const q = c.req.query();
