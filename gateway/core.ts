@@ -83,6 +83,13 @@ export interface GatewayOptions {
   /** Least time between two budget checks of one tenant (default 2 s). */
   budgetCheckMs?: number;
   /**
+   * How long a request refused only for what requests in flight hold
+   * (a day, month or budget quota they would leave room in once settled)
+   * waits for them, admitted as soon as it fits, before its retryable
+   * 429 (default 2000 ms; 0: answer at once).
+   */
+  heldWaitMs?: number;
+  /**
    * Where usage records are journaled before they reach KV
    * (store/usage_journal.ts; main.ts: `<data dir>/usage-journal`); `start()`
    * replays what stopped gateways left there. Without one, a crash loses
@@ -102,6 +109,10 @@ export class GatewayCore {
   readonly log: Logger;
   readonly proxy: ProxyOptions;
   readonly defaultMaxTokens: number;
+  /** See GatewayOptions.heldWaitMs. */
+  readonly heldWaitMs: number;
+  /** Wakes requests waiting for room held by requests in flight (see settlement()). */
+  readonly #settleWaiters = new Set<() => void>();
   readonly reservationTtlMs: number;
   /** Liveness and reclaiming (null without `instanceId`). */
   readonly instance: GatewayInstance | null;
@@ -186,6 +197,7 @@ export class GatewayCore {
     );
     this.#journalDir = opts.usageJournalDir ?? null;
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
+    this.heldWaitMs = opts.heldWaitMs ?? 2000;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
       (opts.router?.queueTimeoutMs ?? 10_000);
@@ -215,6 +227,28 @@ export class GatewayCore {
       });
       return false;
     }
+  }
+
+  /**
+   * Resolves when this gateway next lands a settlement (room may have
+   * freed), or after `ms` (another gateway's settlement frees room
+   * unannounced).
+   */
+  settlement(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#settleWaiters.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#settleWaiters.add(wake);
+    });
+  }
+
+  /** Wakes every request waiting in settlement(). */
+  wakeSettled(): void {
+    for (const wake of [...this.#settleWaiters]) wake();
   }
 
   get fleet(): Fleet {
@@ -442,6 +476,7 @@ export class Exchange {
       : p.maxTokens ?? model?.contextLength ?? this.core.defaultMaxTokens;
     const worst = this.promptUpper + cap;
     let a: Admission;
+    let held = false;
     try {
       if (ctx.priced) {
         // A money budget counts its worst case at the model's prices.
@@ -454,7 +489,7 @@ export class Exchange {
           }),
         };
       }
-      a = await this.core.admitter.admit({
+      const request = {
         plan: ctx.plan,
         tokens: worst,
         minTokens: p.maxTokens !== null || cap === 0
@@ -463,14 +498,23 @@ export class Exchange {
         reclaimTokens: p.prompt.estimate,
         ttlMs: this.core.reservationTtlMs,
         ...(this.price ? { price: this.price } : {}),
-      });
+      };
+      a = await this.core.admitter.admit(request);
+      // Refused only for what requests in flight hold: wait briefly for
+      // them to settle, admitted as soon as it fits.
+      const until = performance.now() + this.core.heldWaitMs;
+      while (!a.ok && (held = await this.core.heldOnly(a, ctx.tenant.id))) {
+        const left = until - performance.now();
+        if (left <= 0) break;
+        await this.core.settlement(Math.min(250, left));
+        a = await this.core.admitter.admit(request);
+      }
     } catch (e) {
       if (e instanceof QuotaUnavailableError) throw storeDown(e);
       throw e;
     }
     this.headers = quotaHeaders(a.view);
     if (!a.ok) {
-      const held = await this.core.heldOnly(a, ctx.tenant.id);
       if (a.rule.budget && !held) {
         this.core.budgets.refused(ctx.tenant.id, a.rule);
       }
@@ -546,6 +590,7 @@ export class Exchange {
         this.promptTokens + this.completionTokens,
         money,
       )
+        .then(() => this.core.wakeSettled())
         .catch((e) =>
           this.core.log.warn(
             "settlement failed; the reservation will be reclaimed",

@@ -7,11 +7,11 @@
  * `retry-after`), not "used up". Reads are cached per window for
  * `ttlMs`, so a burst of refusals costs one read.
  */
-import { getPricing } from "../store/pricing.ts";
-import type { Rule } from "../store/quota/mod.ts";
-import { monthSpend } from "../store/spend.ts";
+import { getPricing, priceOf } from "../store/pricing.ts";
+import { billedCost, type Rule } from "../store/quota/mod.ts";
+import { keyModelUse } from "../store/spend.ts";
 import type { Store } from "../store/store.ts";
-import { monthOf } from "../store/usage_month.ts";
+import { monthOf, tenantModelMonth } from "../store/usage_month.ts";
 import { tokensUsedIn } from "../store/usage_seed.ts";
 
 /** Settled use per (subject, window kind), cached briefly. */
@@ -55,13 +55,25 @@ export class SettledUse {
       return await tokensUsedIn(this.#store, tenantId, keyId, rule.kind, now);
     }
     if (rule.kind !== "spend") return 0;
-    const spend = await monthSpend(
-      this.#store,
-      tenantId,
-      monthOf(now),
-      await getPricing(this.#store),
-      keyId !== null,
-    );
-    return (keyId ? spend.keys.get(keyId)?.money : spend.tenant.money) ?? 0;
+    // The spend counter adds each request's own cost (store/quota/spend.ts):
+    // price the month's tokens per model unrounded (not the statement's
+    // cents), plus a micro-unit a request for that rounding, so that
+    // nothing spent is ever taken for held.
+    const d = new Date(now);
+    const start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    const uses = keyId
+      ? [
+        ...(await keyModelUse(this.#store, tenantId, "day", start, now))
+          .get(keyId)?.values() ?? [],
+      ]
+      : await tenantModelMonth(this.#store, tenantId, monthOf(now));
+    const pricing = await getPricing(this.#store);
+    let money = 0;
+    for (const u of uses) {
+      const p = priceOf(pricing, u.model);
+      if (!p) continue;
+      money += billedCost(p, u.prompt, u.completion) + u.requests;
+    }
+    return money;
   }
 }

@@ -12,6 +12,7 @@ import { createWorld, type World } from "../gateway/_testing.ts";
 import { updateApiKey } from "../store/api_keys.ts";
 import { setTenantBudget } from "../store/budgets.ts";
 import { setTenantLimits } from "../store/limits.ts";
+import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { counterValue, quotaStatus, windowOf } from "../store/quota/mod.ts";
 import type { UsageRecord } from "../store/usage.ts";
@@ -128,7 +129,8 @@ Deno.test("a tokens/month limit set after 1,136 tokens shows and enforces 1,136 
 });
 
 Deno.test("a refusal only for what requests in flight hold is a retryable 429; quota really spent is not", async () => {
-  const w = await createWorld();
+  // answered at once, without waiting for the requests in flight
+  const w = await createWorld({ gateway: { heldWaitMs: 0 } });
   try {
     const need = await worstCase(w);
     await setTenantLimits(w.store, SYSTEM, w.tenant.id, {
@@ -230,6 +232,85 @@ Deno.test("a request larger than tpm or a budget's whole amount fails at once: t
           need - 1
         } tokens: Limit ${need - 1} tokens, Requested ${need} tokens`,
       ),
+    );
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("200 concurrent requests against a hard budget of 1.00 wait for what requests in flight hold, and the openai SDK spends it up to the limit, never past it", async () => {
+  const w = await createWorld();
+  try {
+    await setPricing(w.store, SYSTEM, {
+      currency: "EUR",
+      models: [{
+        model: "tiny-chat",
+        promptPerMillion: "1000",
+        completionPerMillion: "2000",
+      }],
+      cluster: {
+        hardwarePricePerNode: "0",
+        amortisationMonths: 36,
+        idleWatts: 0,
+        busyWatts: 0,
+        tariffPerKwh: "0",
+      },
+    });
+    await setTenantBudget(w.store, SYSTEM, w.tenant.id, "money", {
+      amount: "1.00",
+      hard: true,
+    });
+    const budget = 1_000_000;
+    const { client } = countingClient(w);
+    const results = await Promise.all(
+      Array.from(
+        { length: 200 },
+        () =>
+          client.chat.completions.create(chat).then(
+            (c) => c.usage!,
+            (e) => e as InstanceType<typeof OpenAI.APIError>,
+          ),
+      ),
+    );
+    const served = results.filter((r) => !(r instanceof OpenAI.APIError)) as {
+      prompt_tokens: number;
+      completion_tokens: number;
+    }[];
+    const refused = results.filter((r) =>
+      r instanceof OpenAI.APIError
+    ) as InstanceType<typeof OpenAI.APIError>[];
+    const spent = served.reduce(
+      (a, u) => a + u.prompt_tokens * 1000 + u.completion_tokens * 2000,
+      0,
+    );
+    assert.ok(spent <= budget, `spent ${spent} of ${budget}`);
+    // each request's worst case (its prompt bound and max_tokens) is about
+    // three times what it costs: a wave admits a third of what it could
+    // pay for, the rest wait for it to settle and are admitted then
+    const worst = Number(
+      /needs up to 0\.(\d+) EUR/.exec(refused[0]!.message)?.[1]?.padEnd(6, "0"),
+    );
+    assert.ok(worst > 0, refused[0]!.message);
+    assert.ok(
+      budget - spent < worst,
+      `used up to the limit: ${spent} of ${budget}, a request needs ${worst}`,
+    );
+    assert.ok(served.length > budget / worst, `${served.length} served`);
+    // what is left is too little for any of them: used up, not retryable
+    for (const e of refused) {
+      assert.equal(e.status, 429);
+      assert.equal(e.code, "insufficient_quota", e.message);
+      assert.equal(e.headers?.get("x-should-retry"), "false");
+    }
+    await w.gw.idle();
+    assert.equal(
+      await counterValue(
+        w.store,
+        `t:${w.tenant.id}`,
+        windowOf("spend", Date.now())[0],
+      ),
+      spent,
+      "the budget's counter holds exactly what was billed",
     );
   } finally {
     await w.close();
