@@ -316,7 +316,7 @@ export function openApiDocument() {
                 spend: {
                   type: "object",
                   description:
-                    "What the range cost at the statement's prices (micro-units): totalMicro, byModel, byKey (a tenant's), currency, notes",
+                    "What the range cost at the statement's prices, money as decimal strings in major units of `currency`: total, byModel, byKey (a tenant's), currency, notes",
                 },
               },
             },
@@ -339,7 +339,7 @@ export function openApiDocument() {
       },
       "/statements": {
         get: op(
-          "A tenant's monthly statement (token charges, energy and hardware share), JSON or CSV",
+          "A tenant's monthly statement (token charges, energy and hardware share), JSON (money as decimal strings in major units of `currency`) or CSV",
           { status: "200", schema: { type: "object" } },
           {
             parameters: [
