@@ -187,6 +187,17 @@ Deno.test("GET → PUT → GET is the identity on every admin resource with mone
     });
     assert.equal(key.before.limits.tokensPerMonth, 5_000_000);
 
+    // retention limits: the provider's bounds, and a tenant's choice
+    await json(
+      await api(w, "PUT", "/tenants/acme/retention", adminA, { usage: 30 }),
+      "retention",
+    );
+    await roundTrip(w, "/settings/retention", platform);
+    const retention = await roundTrip(w, "/tenants/acme/retention", adminA, {
+      pick: (v) => v.choice,
+    });
+    assert.deepEqual(retention.after.choice, { usage: 30 });
+
     // nothing was re-priced: the statement is what it was to the cent
     assert.equal((await statement()).total, billed);
 
