@@ -147,6 +147,9 @@ Deno.test("GET → PUT → GET is the identity on every admin resource with mone
         `/keys/${apiKey.id}/budgets/${unit}`,
         adminA,
       );
+      // a PUT answers what a GET reads
+      assert.deepEqual(content(t.put), content(t.after));
+      assert.deepEqual(content(k.put), content(k.after));
       if (unit === "money") {
         assert.equal(t.before.amount, "2000.00");
         assert.equal(t.before.currency, "USD");

@@ -25,7 +25,6 @@ import {
 } from "../../store/budgets.ts";
 import { getApiKey } from "../../store/api_keys.ts";
 import { NotFoundError } from "../../store/errors.ts";
-import { getPricing } from "../../store/pricing.ts";
 import type { Principal } from "../../store/principal.ts";
 import type { Store } from "../../store/store.ts";
 import { findTenant } from "../../store/tenants.ts";
@@ -77,7 +76,10 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
       parseUnit(c.req.param("unit")),
       await readJson(c),
     );
-    return c.json(budgetJson(b, (await getPricing(store(c))).currency));
+    // answered as GET reads it: with this month's spend
+    return c.json(
+      await oneBudget(store(c), c.get("principal"), id, null, b.unit),
+    );
   });
   api.delete("/tenants/:id/budgets/:unit", async (c) => {
     const id = await tenant(c);
@@ -113,7 +115,15 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
       parseUnit(c.req.param("unit")),
       await readJson(c),
     );
-    return c.json(budgetJson(b, (await getPricing(store(c))).currency));
+    return c.json(
+      await oneBudget(
+        store(c),
+        c.get("principal"),
+        b.tenantId,
+        b.keyId,
+        b.unit,
+      ),
+    );
   });
   api.delete("/keys/:id/budgets/:unit", async (c) => {
     await deleteKeyBudget(
