@@ -515,7 +515,9 @@ export class Exchange {
     }
     this.headers = quotaHeaders(a.view);
     if (!a.ok) {
-      if (a.rule.budget && !held) {
+      // a budget reached (not one only held, nor a request too large for
+      // it) alerts as reaching its thresholds
+      if (a.rule.budget && a.reason === "quota" && !held) {
         this.core.budgets.refused(ctx.tenant.id, a.rule);
       }
       throw rejectionError(a, this.headers, {
