@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { createWorld, type World } from "../gateway/_testing.ts";
 import { updateApiKey } from "../store/api_keys.ts";
+import { listAlerts } from "../store/budget_alerts.ts";
 import { setTenantBudget } from "../store/budgets.ts";
 import { setTenantLimits } from "../store/limits.ts";
 import { setPricing } from "../store/pricing.ts";
@@ -232,6 +233,12 @@ Deno.test("a request larger than tpm or a budget's whole amount fails at once: t
           need - 1
         } tokens: Limit ${need - 1} tokens, Requested ${need} tokens`,
       ),
+    );
+    // a request too large for the budget is no sign the budget is reached
+    await w.gw.idle();
+    assert.deepEqual(
+      (await listAlerts(w.store, SYSTEM, w.tenant.id)).items,
+      [],
     );
   } finally {
     await w.close();
