@@ -122,7 +122,11 @@ export function rejectionError(
   }
   if (a.reason === "quota" && !rc.held) {
     const state = a.remaining === undefined || a.remaining <= 0
-      ? "is used up"
+      ? `is used up${
+        a.needed === undefined
+          ? ""
+          : ` (this request needs up to ${amount(a.needed)})`
+      }`
       : `has ${needs}`;
     return new OpenAIError(
       429,

@@ -110,7 +110,7 @@ Deno.test("a hard money budget admits nothing past it under waves of 60 concurre
     assert.match(
       refusal!.error.message,
       // what is left, and what the request would need: its worst case
-      /Budget reached for your organization: the monthly spend budget of 0\.20 EUR (is used up|has 0\.\d+ EUR left; this request needs up to 0\.\d+ EUR \(its prompt and max_tokens at the model's prices\))\. The budget resets in/,
+      /Budget reached for your organization: the monthly spend budget of 0\.20 EUR (is used up \(this request needs up to 0\.\d+ EUR\)|has 0\.\d+ EUR left; this request needs up to 0\.\d+ EUR \(its prompt and max_tokens at the model's prices\))\. The budget resets in/,
     );
     await w.gw.idle();
     assert.equal(
@@ -175,7 +175,7 @@ Deno.test("a key's hard token budget, set by its tenant's admin within the tenan
     assert.ok(billed <= 300 && admitted >= 10, `${admitted}: ${billed}`);
     assert.match(
       refusal,
-      /Budget reached for this API key: the monthly token budget of 300 tokens (is used up|has \d+ tokens left; this request needs up to \d+ tokens)\./,
+      /Budget reached for this API key: the monthly token budget of 300 tokens (is used up \(this request needs up to \d+ tokens\)|has \d+ tokens left; this request needs up to \d+ tokens)\./,
     );
     await w.gw.idle();
     assert.equal(
