@@ -68,7 +68,8 @@ export function judge(
         : Math.max(1, req.minTokens);
       return {
         ok: false,
-        reason: counted && needed > r.limit
+        // a limit of 0 blocks everything: refused as before, not "too large"
+        reason: counted && r.limit > 0 && needed > r.limit
           ? "too_large"
           : quota
           ? "quota"
