@@ -16,6 +16,10 @@ const USAGE = `Usage: deno task orchard <command> [options]
   limits show TENANT                       show a tenant's limits
   limits set TENANT [--rpm N] [--tpm N] [--concurrency N] [--tokens-per-day N] [--tokens-per-month N]
                                            (use "none" for unlimited; unset fields keep their value)
+  budget show TENANT                       the tenant's and its keys' budgets with this month's spend
+  budget set TENANT --unit tokens|money --amount AMOUNT [--key KEY_ID] [--hard] [--thresholds 80,100]
+                                           money in major units as typed ("500.00"), tokens whole
+  pricing show                             prices per 1M tokens and the cluster cost model
   user invite EMAIL --role ROLE [--tenant TENANT]
   user list [--tenant TENANT]              users with role, status and last sign-in
   user disable|enable USER_ID              disabling ends their sessions at once
@@ -136,6 +140,28 @@ function formatLimits(l: Record<string, number | null>): string {
     .join("\n");
 }
 
+/** Budgets as a table: whose, unit, amount and spend (money with its currency). */
+function formatBudgets(
+  period: string,
+  rows: Record<string, unknown>[],
+): string {
+  const cur = (r: Record<string, unknown>, v: unknown) =>
+    r.currency ? `${v} ${r.currency}` : String(v);
+  return `${period ? `Budgets for ${period}\n` : ""}${
+    table(
+      rows.map((r) => ({
+        owner: r.keyId ? `key ${r.keyId}` : "tenant",
+        unit: r.unit,
+        amount: cur(r, r.amount),
+        spent: r.spent === undefined ? "—" : cur(r, r.spent),
+        percent: r.percent,
+        hard: r.hard ? "hard" : "soft",
+      })),
+      ["owner", "unit", "amount", "spent", "percent", "hard"],
+    )
+  }`;
+}
+
 /** Runs the CLI with `args`; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
   const { values: o, positionals: pos } = parseArgs({
@@ -161,6 +187,11 @@ export async function main(args: string[]): Promise<number> {
       uses: { type: "string" },
       ttl: { type: "string" },
       days: { type: "string" },
+      unit: { type: "string" },
+      amount: { type: "string" },
+      key: { type: "string" },
+      hard: { type: "boolean" },
+      thresholds: { type: "string" },
     },
   });
   const [group, action, arg] = pos;
@@ -284,6 +315,52 @@ export async function main(args: string[]): Promise<number> {
         number | null
       >;
       out(l, () => formatLimits(l));
+      return 0;
+    }
+    case "budget show": {
+      const b = await call(
+        "GET",
+        `/tenants/${enc(need(arg, "TENANT"))}/budgets`,
+      ) as { period: string; budgets: Record<string, unknown>[] };
+      out(b, () => formatBudgets(b.period, b.budgets));
+      return 0;
+    }
+    case "budget set": {
+      const tenant = enc(need(arg, "TENANT"));
+      const unit = need(o.unit, "--unit (tokens or money)");
+      const amount = need(o.amount, "--amount");
+      const body = {
+        // money stays the decimal text typed: the API refuses numbers for it
+        amount: unit === "tokens" ? num(amount, "amount") : amount,
+        hard: o.hard ?? false,
+        ...(o.thresholds
+          ? { thresholds: o.thresholds.split(",").map(Number) }
+          : {}),
+      };
+      const path = o.key
+        ? `/keys/${enc(o.key)}/budgets/${enc(unit)}`
+        : `/tenants/${tenant}/budgets/${enc(unit)}`;
+      const b = await call("PUT", path, body) as Record<string, unknown>;
+      out(b, () => formatBudgets("", [b]));
+      return 0;
+    }
+    case "pricing show": {
+      const p = await call("GET", "/settings/pricing") as {
+        currency: string;
+        models: Record<string, string>[];
+        cluster: Record<string, unknown>;
+      };
+      out(p, () =>
+        [
+          `Prices per 1M tokens (${p.currency}):`,
+          table(p.models, [
+            "model",
+            "promptPerMillion",
+            "completionPerMillion",
+          ]),
+          "",
+          ...Object.entries(p.cluster).map(([k, v]) => `${k.padEnd(21)} ${v}`),
+        ].join("\n"));
       return 0;
     }
     case "user invite": {

@@ -25,6 +25,11 @@ import {
   setNodePlacement,
 } from "../store/placement.ts";
 import { requirePlatform } from "../store/principal.ts";
+import {
+  linkTestSchema,
+  nodeDedicationSchema,
+  parse,
+} from "../store/schemas.ts";
 import type { Store } from "../store/store.ts";
 import { readJsonBody } from "../routes/api/_json.ts";
 import { joinCommand } from "./join_command.ts";
@@ -100,18 +105,15 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
   // Dedicates a node to a tenant (`{"tenantId": "…"}`) or shares it again
   // (`{"tenantId": null}`); this gateway routes by it before answering.
   api.put("/nodes/:id/dedication", async (c) => {
-    const body = await readJsonBody(c, MAX_BODY);
-    if (!("tenantId" in body)) {
-      throw new ValidationError(
-        "tenantId is required (a tenant id, or null to share)",
-        "tenantId",
-      );
-    }
+    const { tenantId } = parse(
+      nodeDedicationSchema,
+      await readJsonBody(c, MAX_BODY),
+    );
     const node = await setNodeDedication(
       store,
       c.get("principal"),
       c.req.param("id"),
-      body.tenantId === null ? null : String(body.tenantId),
+      tenantId,
     );
     await deps.fleet.refresh?.();
     return c.json(node);
@@ -182,11 +184,7 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
   api.post("/links/test", async (c) => {
     const p = c.get("principal");
     requirePlatform(p);
-    const body = await readJsonBody(c, MAX_BODY);
-    const a = body.a, b = body.b;
-    if (typeof a !== "string" || typeof b !== "string" || a === b) {
-      throw new ValidationError("Give two different node ids: a and b", "a");
-    }
+    const { a, b } = parse(linkTestSchema, await readJsonBody(c, MAX_BODY));
     await getNode(store, p, a);
     await getNode(store, p, b);
     return c.json(await links.testPair(p, a, b));

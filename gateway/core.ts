@@ -21,6 +21,7 @@ import {
 import { rollupsOf } from "../store/usage_rollups.ts";
 import { BudgetMonitor } from "./budget_monitor.ts";
 import { PriceCache } from "./prices.ts";
+import { SettledUse } from "./settled_use.ts";
 import { GatewayInstance } from "../store/instances.ts";
 import type { Scope } from "../store/schemas.ts";
 import { newId } from "../store/ids.ts";
@@ -82,6 +83,13 @@ export interface GatewayOptions {
   /** Least time between two budget checks of one tenant (default 2 s). */
   budgetCheckMs?: number;
   /**
+   * How long a request refused only for what requests in flight hold
+   * (a day, month or budget quota they would leave room in once settled)
+   * waits for them, admitted as soon as it fits, before its retryable
+   * 429 (default 2000 ms; 0: answer at once).
+   */
+  heldWaitMs?: number;
+  /**
    * Where usage records are journaled before they reach KV
    * (store/usage_journal.ts; main.ts: `<data dir>/usage-journal`); `start()`
    * replays what stopped gateways left there. Without one, a crash loses
@@ -101,6 +109,10 @@ export class GatewayCore {
   readonly log: Logger;
   readonly proxy: ProxyOptions;
   readonly defaultMaxTokens: number;
+  /** See GatewayOptions.heldWaitMs. */
+  readonly heldWaitMs: number;
+  /** Wakes requests waiting for room held by requests in flight (see settlement()). */
+  readonly #settleWaiters = new Set<() => void>();
   readonly reservationTtlMs: number;
   /** Liveness and reclaiming (null without `instanceId`). */
   readonly instance: GatewayInstance | null;
@@ -108,6 +120,8 @@ export class GatewayCore {
   readonly prices: PriceCache;
   /** Budget checks as usage lands, and the alerts they create. */
   readonly budgets: BudgetMonitor;
+  /** What quota windows really used (rollups): tells a refusal by requests in flight from one by spent quota. */
+  readonly settled: SettledUse;
   /** Sends queued webhook deliveries (from `start()`, unless disabled). */
   readonly webhooks: WebhookDispatcher;
   readonly #sendWebhooks: boolean;
@@ -163,6 +177,7 @@ export class GatewayCore {
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
     this.prices = new PriceCache(deps.store);
+    this.settled = new SettledUse(deps.store);
     this.#sendWebhooks = opts.webhooks !== false;
     this.#sweep = opts.retentionSweep ?? true;
     this.webhooks = new WebhookDispatcher(deps.store, {
@@ -182,9 +197,58 @@ export class GatewayCore {
     );
     this.#journalDir = opts.usageJournalDir ?? null;
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
+    this.heldWaitMs = opts.heldWaitMs ?? 2000;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
       (opts.router?.queueTimeoutMs ?? 10_000);
+  }
+
+  /**
+   * Whether a day, month or spend refusal is only for what requests in
+   * flight hold: what the window really used (the rollups) leaves room
+   * for what the request needs, so it fits once they settle.
+   */
+  async heldOnly(
+    a: Extract<Admission, { ok: false }>,
+    tenantId: string,
+  ): Promise<boolean> {
+    if (a.reason !== "quota" || a.needed === undefined) return false;
+    const fits = (spent: number) => a.rule.limit - spent >= a.needed!;
+    try {
+      if (!fits(await this.settled.of(a.rule, tenantId))) return false;
+      // The rollups may not hold this gateway's finished requests yet
+      // (they are written every few seconds): write them, read again.
+      const asked = Date.now();
+      await this.usage.flush();
+      return fits(await this.settled.of(a.rule, tenantId, asked));
+    } catch (e) {
+      this.log.warn("cannot read the window's usage; refused as spent", {
+        error: String(e),
+      });
+      return false;
+    }
+  }
+
+  /**
+   * Resolves when this gateway next lands a settlement (room may have
+   * freed), or after `ms` (another gateway's settlement frees room
+   * unannounced).
+   */
+  settlement(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#settleWaiters.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#settleWaiters.add(wake);
+    });
+  }
+
+  /** Wakes every request waiting in settlement(). */
+  wakeSettled(): void {
+    for (const wake of [...this.#settleWaiters]) wake();
   }
 
   get fleet(): Fleet {
@@ -412,6 +476,7 @@ export class Exchange {
       : p.maxTokens ?? model?.contextLength ?? this.core.defaultMaxTokens;
     const worst = this.promptUpper + cap;
     let a: Admission;
+    let held = false;
     try {
       if (ctx.priced) {
         // A money budget counts its worst case at the model's prices.
@@ -424,7 +489,7 @@ export class Exchange {
           }),
         };
       }
-      a = await this.core.admitter.admit({
+      const request = {
         plan: ctx.plan,
         tokens: worst,
         minTokens: p.maxTokens !== null || cap === 0
@@ -433,15 +498,35 @@ export class Exchange {
         reclaimTokens: p.prompt.estimate,
         ttlMs: this.core.reservationTtlMs,
         ...(this.price ? { price: this.price } : {}),
-      });
+      };
+      a = await this.core.admitter.admit(request);
+      // Refused only for what requests in flight hold: wait briefly for
+      // them to settle, admitted as soon as it fits.
+      const until = performance.now() + this.core.heldWaitMs;
+      while (!a.ok && (held = await this.core.heldOnly(a, ctx.tenant.id))) {
+        const left = until - performance.now();
+        if (left <= 0) break;
+        await this.core.settlement(Math.min(250, left));
+        a = await this.core.admitter.admit(request);
+      }
     } catch (e) {
       if (e instanceof QuotaUnavailableError) throw storeDown(e);
       throw e;
     }
     this.headers = quotaHeaders(a.view);
     if (!a.ok) {
-      if (a.rule.budget) this.core.budgets.refused(ctx.tenant.id, a.rule);
-      throw rejectionError(a, this.headers);
+      // a budget reached (not one only held, nor a request too large for
+      // it) alerts as reaching its thresholds
+      if (a.rule.budget && a.reason === "quota" && !held) {
+        this.core.budgets.refused(ctx.tenant.id, a.rule);
+      }
+      throw rejectionError(a, this.headers, {
+        held,
+        model: this.model,
+        currency: ctx.priced
+          ? await this.core.prices.currency().catch(() => null)
+          : null,
+      });
     }
     this.reservation = a.reservation;
     const granted = a.reservation?.tokens ?? worst;
@@ -507,6 +592,7 @@ export class Exchange {
         this.promptTokens + this.completionTokens,
         money,
       )
+        .then(() => this.core.wakeSettled())
         .catch((e) =>
           this.core.log.warn(
             "settlement failed; the reservation will be reclaimed",

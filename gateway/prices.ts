@@ -28,6 +28,15 @@ export class PriceCache {
 
   /** The rates of `model` (its id), as of at most `ttlMs` ago. */
   async of(model: string): Promise<ModelRates> {
+    return priceOf(await this.#pricing(), model) ?? FREE;
+  }
+
+  /** The currency prices are in (ISO 4217), as of at most `ttlMs` ago. */
+  async currency(): Promise<string> {
+    return (await this.#pricing()).currency;
+  }
+
+  #pricing(): Promise<Pricing> {
     const now = Date.now();
     if (!this.#value || now - this.#at >= this.#ttlMs) {
       this.#at = now;
@@ -37,6 +46,6 @@ export class PriceCache {
         if (this.#value === v) this.#value = null;
       });
     }
-    return priceOf(await this.#value, model) ?? FREE;
+    return this.#value;
   }
 }

@@ -7,7 +7,7 @@ import type { Context } from "hono";
 import { Alert, Card, Field, fmtTime, PostForm } from "../components/ui.tsx";
 import { ALLOCATION_RULES, RULE_LABEL } from "../store/allocation.ts";
 import { ValidationError } from "../store/errors.ts";
-import { formatMoney } from "../store/money.ts";
+import { moneyText } from "../store/money.ts";
 import { getPricing, type Pricing, setPricing } from "../store/pricing.ts";
 import { requirePlatform } from "../store/principal.ts";
 import type { PortalEnv } from "./_env.ts";
@@ -47,17 +47,17 @@ const LABELS: Record<string, string> = {
 function valuesOf(p: Pricing): FormValues {
   const v: FormValues = {
     currency: p.currency,
-    hardwarePricePerNode: formatMoney(p.cluster.hardwarePricePerNode, 2),
+    hardwarePricePerNode: moneyText(p.cluster.hardwarePricePerNode),
     amortisationMonths: String(p.cluster.amortisationMonths),
     idleWatts: String(p.cluster.idleWatts),
     busyWatts: String(p.cluster.busyWatts),
-    tariffPerKwh: formatMoney(p.cluster.tariffPerKwh, 4),
+    tariffPerKwh: moneyText(p.cluster.tariffPerKwh),
     allocation: p.cluster.allocation,
   };
   p.models.forEach((m, i) => {
     v[`model_${i}`] = m.model;
-    v[`prompt_${i}`] = formatMoney(m.promptPerMillion, 4);
-    v[`completion_${i}`] = formatMoney(m.completionPerMillion, 4);
+    v[`prompt_${i}`] = moneyText(m.promptPerMillion);
+    v[`completion_${i}`] = moneyText(m.completionPerMillion);
   });
   return v;
 }

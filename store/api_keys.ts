@@ -9,6 +9,7 @@ import { ConflictError, NotFoundError, ValidationError } from "./errors.ts";
 import { newId } from "./ids.ts";
 import { k } from "./kv_keys.ts";
 import { getTenantLimitsRaw, LIMIT_FIELDS, type Limits } from "./limits.ts";
+import { seedLimitCounters } from "./usage_seed.ts";
 import { listPage, type Page, type PageOptions } from "./pagination.ts";
 import {
   type Principal,
@@ -302,6 +303,14 @@ export async function updateApiKey(
   });
   if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The key changed meanwhile; try again");
+  }
+  // a day or month cap set mid-window counts what the key used before it
+  if (data.limits) {
+    await seedLimitCounters(store, after.tenantId, after.id, data.limits);
+  }
+  // a day or month cap set mid-window counts what the key used before it
+  if (data.limits) {
+    await seedLimitCounters(store, after.tenantId, after.id, data.limits);
   }
   return view(after, null);
 }

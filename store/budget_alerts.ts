@@ -19,6 +19,7 @@ import {
 } from "./budgets.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
+import { moneyText } from "./money.ts";
 import { k } from "./kv_keys.ts";
 import { type Page, type PageOptions, pageSize } from "./pagination.ts";
 import { getPricing } from "./pricing.ts";
@@ -77,8 +78,16 @@ export interface BudgetAlert {
 export const budgetRef = (keyId: string | null, unit: BudgetUnit) =>
   `${keyId ?? ""}|${unit}`;
 
+/** An alert as the admin API gives it: a money budget's amounts as decimal strings in major units. */
+export function alertJson(a: BudgetAlert) {
+  if (a.unit !== "money") return a;
+  return { ...a, amount: moneyText(a.amount), spent: moneyText(a.spent) };
+}
+
 /** The event a webhook receives for an alert (no prompts, keys or secrets). */
 export function alertEvent(a: BudgetAlert): WebhookEvent {
+  // money as a decimal string in major units of `currency`, like the admin API
+  const amount = (v: number) => a.unit === "money" ? moneyText(v) : v;
   return {
     id: `evt_${a.id}`,
     type: ALERT_EVENT,
@@ -90,14 +99,14 @@ export function alertEvent(a: BudgetAlert): WebhookEvent {
         key: a.keyId ? { id: a.keyId, name: a.keyName } : null,
         budget: {
           unit: a.unit,
-          amount: a.amount,
+          amount: amount(a.amount),
           amountFormatted: formatAmount(a.unit, a.amount),
           currency: a.currency,
           hard: a.hard,
           period: a.period,
         },
         threshold: a.threshold,
-        spent: a.spent,
+        spent: amount(a.spent),
         spentFormatted: formatAmount(a.unit, a.spent),
         percent: a.percent,
         cause: a.cause,

@@ -18,16 +18,17 @@ import { commitAuthChange } from "./auth_epoch.ts";
 import type { ApiKey } from "./api_keys.ts";
 import { ConflictError, NotFoundError, ValidationError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
-import { formatMoney, MICRO, parseMoney } from "./money.ts";
+import { formatMoney, MICRO, moneyText } from "./money.ts";
 import {
   type Principal,
   requirePlatform,
   requireTenantRead,
   requireTenantWrite,
 } from "./principal.ts";
-import { type HardBudgets, seedCounter, windowOf } from "./quota/mod.ts";
+import type { HardBudgets } from "./quota/mod.ts";
+import { seedBudgetCounter } from "./usage_seed.ts";
 import { getPricing } from "./pricing.ts";
-import { parse } from "./schemas.ts";
+import { moneySchema, parse } from "./schemas.ts";
 import { monthSpend } from "./spend.ts";
 import type { Store } from "./store.ts";
 import { getTenantRaw } from "./tenants.ts";
@@ -70,20 +71,25 @@ const tokensAmount = z.coerce.number({ error: "must be a number" }).int(
   "must be a whole number of tokens",
 ).min(1, "must be at least 1").max(1e12, "must be at most 10^12");
 
-const moneyAmount = z.union([z.string(), z.number()], {
-  error: "must be an amount",
-}).transform((v, ctx) => {
-  try {
-    const micro = parseMoney(v, "amount");
-    if (micro > 0 && micro <= MAX_MONEY) return micro;
-  } catch { /* below */ }
-  ctx.addIssue({
-    code: "custom",
-    message:
-      "must be an amount above 0 and at most 10^9, with at most 6 decimals",
-  });
-  return z.NEVER;
+const moneyAmount = moneySchema({
+  positive: true,
+  maxMicro: MAX_MONEY,
+  what: "must be an amount above 0 and at most 10^9, with at most 6 decimals",
 });
+
+/** Fields a read gives that a write may send back unchanged (and are ignored). */
+const readOnly = Object.fromEntries(
+  [
+    "tenantId",
+    "keyId",
+    "unit",
+    "currency",
+    "spent",
+    "percent",
+    "updatedAt",
+    "updatedBy",
+  ].map((f) => [f, z.unknown().optional().meta({ readOnly: true })]),
+);
 
 const budgetSchema = (unit: BudgetUnit) =>
   z.object({
@@ -92,7 +98,15 @@ const budgetSchema = (unit: BudgetUnit) =>
       false,
     ),
     thresholds: thresholdsSchema.optional().default(DEFAULT_THRESHOLDS),
-  }).strict();
+    ...readOnly,
+  }).strict().transform(({ amount, hard, thresholds }) => ({
+    amount,
+    hard,
+    thresholds,
+  }));
+
+/** The request body of a budget in `unit`, for the OpenAPI document. */
+export const budgetBodySchema = budgetSchema;
 
 /** Validates a unit (a path segment). */
 export function parseUnit(raw: string | undefined): BudgetUnit {
@@ -266,36 +280,8 @@ async function write(
   if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The budget changed meanwhile; try again");
   }
-  if (budget.hard) await seedSpent(store, budget);
+  await seedBudgetCounter(store, budget);
   return budget;
-}
-
-/**
- * A hard budget set during its month counts what was spent in it before
- * (as the month's rollups have it, a few seconds behind): its quota
- * counter starts there, unless requests counted in it already.
- */
-async function seedSpent(store: Store, b: Budget): Promise<void> {
-  const now = Date.now();
-  const kind = b.unit === "money" ? "spend" : "month";
-  const [window] = windowOf(kind, now);
-  const subject = b.keyId ? `k:${b.keyId}` : `t:${b.tenantId}`;
-  const spend = await monthSpend(
-    store,
-    b.tenantId,
-    monthOf(now),
-    await getPricing(store),
-    b.keyId !== null,
-  );
-  const use = b.keyId ? spend.keys.get(b.keyId) : spend.tenant;
-  if (!use) return;
-  await seedCounter(
-    store,
-    subject,
-    window,
-    b.unit === "money" ? use.money : use.tokens,
-    now,
-  );
 }
 
 async function remove(
@@ -365,5 +351,21 @@ export async function budgetStatus(
         percent: Math.floor((spent / b.amount) * 1000) / 10,
       };
     }),
+  };
+}
+
+/**
+ * A budget as the admin API reads and writes it: a money budget's amount
+ * and spend as decimal strings in major units of `currency`
+ * (store/money.ts), a token budget's as whole tokens.
+ */
+export function budgetJson(b: Budget | BudgetUse, currency: string) {
+  const money = b.unit === "money";
+  const amount = (v: number) => money ? moneyText(v) : v;
+  return {
+    ...b,
+    amount: amount(b.amount),
+    currency: money ? currency : null,
+    ...("spent" in b ? { spent: amount(b.spent) } : {}),
   };
 }

@@ -11,6 +11,7 @@ import {
 import { limitsSchema, parse } from "./schemas.ts";
 import type { Store } from "./store.ts";
 import { getTenantRaw } from "./tenants.ts";
+import { seedLimitCounters } from "./usage_seed.ts";
 
 /** Each limit; null means unlimited. */
 export interface Limits {
@@ -90,6 +91,8 @@ export async function setTenantLimits(
   if (!(await commitAuthChange(store.kv, op)).ok) {
     throw new ConflictError("The limits changed meanwhile; try again");
   }
+  // a day or month cap set mid-window counts what was used before it
+  await seedLimitCounters(store, tenantId, null, limits);
   return limits;
 }
 

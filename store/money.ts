@@ -15,15 +15,23 @@ export const CENT = 10_000;
 const MAX_MICRO = 1e12 * MICRO;
 
 /**
- * Parses a non-negative decimal amount ("12", "0.5", "1234.567891") to
- * micro-units exactly; more than 6 decimals or anything else is refused.
+ * Why a JSON number is refused where money is expected: the admin API,
+ * the CLI, exports and webhooks write money as decimal strings in major
+ * units, and a number could mean either units or micro-units.
+ */
+export const MONEY_NOT_A_NUMBER =
+  'must be a decimal string in major units like "0.40", not a number: a number is ambiguous between units and micro-units';
+
+/**
+ * Parses a non-negative decimal amount in major units, given as a string
+ * ("12", "0.5", "1234.567891"), to micro-units exactly; a number, more
+ * than 6 decimals or anything else is refused.
  */
 export function parseMoney(input: unknown, field = "amount"): number {
-  const text = typeof input === "number" && Number.isFinite(input)
-    ? input.toFixed(6)
-    : typeof input === "string"
-    ? input.trim()
-    : "";
+  if (typeof input === "number") {
+    throw new ValidationError(`${field}: ${MONEY_NOT_A_NUMBER}`, field);
+  }
+  const text = typeof input === "string" ? input.trim() : "";
   const m = /^(\d{1,13})(?:\.(\d*))?$/.exec(text);
   const frac = (m?.[2] ?? "").replace(/0+$/, "");
   if (!m || frac.length > 6) {
@@ -48,6 +56,43 @@ export function formatMoney(micro: number, decimals = 2): string {
   const units = Math.floor(abs / MICRO);
   const frac = String(abs % MICRO).padStart(6, "0").slice(0, decimals);
   return `${neg ? "-" : ""}${units}${decimals > 0 ? "." + frac : ""}`;
+}
+
+/**
+ * Micro-units as an exact decimal string in major units, with at least 2
+ * decimals and no more than it needs ("400.00", "0.123456"): the form the
+ * admin API, exports and webhooks read and write, so that parseMoney of
+ * it gives `micro` back.
+ */
+export function moneyText(micro: number): string {
+  const m = Math.round(micro);
+  const abs = Math.abs(m);
+  const frac = String(abs % MICRO).padStart(6, "0").replace(/0{1,4}$/, "");
+  return `${m < 0 ? "-" : ""}${Math.floor(abs / MICRO)}.${frac.padEnd(2, "0")}`;
+}
+
+/**
+ * A copy of a JSON report with every `…Micro` number written as money
+ * (moneyText) under its name without the suffix (`totalMicro` → `total`;
+ * `tokensMicro` → `tokensAmount` where the object already has `tokens`),
+ * for the admin API and exports: the store keeps integers, the wire
+ * carries decimal strings beside the report's `currency`.
+ */
+export function moneyJson<T>(value: T): unknown {
+  if (Array.isArray(value)) return value.map((v) => moneyJson(v));
+  if (value === null || typeof value !== "object") return value;
+  const src = value as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(src)) {
+    const m = /^(.+)Micro$/.exec(key);
+    if (m && (typeof v === "number" || v === null)) {
+      const name = m[1]! in src ? `${m[1]}Amount` : m[1]!;
+      out[name] = v === null ? null : moneyText(v);
+    } else {
+      out[key] = moneyJson(v);
+    }
+  }
+  return out;
 }
 
 /** Rounds an integer to a multiple of `step`, halves away from zero. */

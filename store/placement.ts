@@ -48,7 +48,8 @@ export const ruleSchema = z.object({
   arch: z.string().trim().min(1).max(40).optional(),
 }).strict();
 
-const aliasSchema = z.object({ model: modelId }).strict();
+/** The body of `PUT /model-aliases/{alias}`. */
+export const aliasSchema = z.object({ model: modelId }).strict();
 
 const MAX_RULES = 100;
 const MAX_ALIASES = 500;

@@ -10,9 +10,9 @@ import { addAudit } from "./audit.ts";
 import { ConflictError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { ALLOCATION_RULES, type AllocationRule } from "./allocation.ts";
-import { parseMoney } from "./money.ts";
+import { moneyText } from "./money.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
-import { modelName, parse } from "./schemas.ts";
+import { modelName, moneySchema, parse } from "./schemas.ts";
 import type { Store } from "./store.ts";
 
 /** Prices of one model, in micro-units per 1M tokens. */
@@ -69,19 +69,13 @@ export const DEFAULT_PRICING: Pricing = {
 
 const SETTINGS_NAME = "pricing";
 
-const money = (field: string) =>
-  z.union([z.string(), z.number()], { error: "must be an amount" })
-    .transform((v, ctx) => {
-      try {
-        return parseMoney(v, field);
-      } catch {
-        ctx.addIssue({
-          code: "custom",
-          message: "must be a non-negative amount with at most 6 decimals",
-        });
-        return z.NEVER;
-      }
-    });
+const money = () => moneySchema();
+
+/** Fields a read gives that a write may send back unchanged (and are ignored). */
+const readOnly = {
+  updatedAt: z.string().nullable().optional().meta({ readOnly: true }),
+  updatedBy: z.string().nullable().optional().meta({ readOnly: true }),
+};
 
 const watts = z.coerce.number({ error: "must be a number" })
   .min(0, "must be 0 or more").max(100_000, "must be at most 100000 W");
@@ -93,8 +87,8 @@ export const pricingSchema = z.object({
   models: z.array(
     z.object({
       model: modelName,
-      promptPerMillion: money("promptPerMillion"),
-      completionPerMillion: money("completionPerMillion"),
+      promptPerMillion: money(),
+      completionPerMillion: money(),
     }).strict(),
   ).max(200, "at most 200 model prices").default([])
     .refine(
@@ -102,13 +96,13 @@ export const pricingSchema = z.object({
       "each model may be priced only once",
     ),
   cluster: z.object({
-    hardwarePricePerNode: money("hardwarePricePerNode"),
+    hardwarePricePerNode: money(),
     amortisationMonths: z.coerce.number({ error: "must be a number" }).int(
       "must be a whole number of months",
     ).min(1, "must be at least 1").max(240, "must be at most 240"),
     idleWatts: watts,
     busyWatts: watts,
-    tariffPerKwh: money("tariffPerKwh"),
+    tariffPerKwh: money(),
     allocation: z.enum(ALLOCATION_RULES as [AllocationRule, AllocationRule], {
       error: `must be one of ${ALLOCATION_RULES.join(", ")}`,
     }).default("busy_time"),
@@ -116,7 +110,8 @@ export const pricingSchema = z.object({
     message: "busy power must be at least the idle power",
     path: ["busyWatts"],
   }),
-}).strict();
+  ...readOnly,
+}).strict().transform(({ updatedAt: _a, updatedBy: _b, ...data }) => data);
 
 /** Reads the chargeback settings (defaults when never saved). */
 export async function getPricing(store: Store): Promise<Pricing> {
@@ -155,6 +150,29 @@ export async function setPricing(
     throw new ConflictError("The settings changed meanwhile; try again");
   }
   return next;
+}
+
+/**
+ * The settings as the admin API reads and writes them: every amount a
+ * decimal string in major units of `currency` (store/money.ts), so a
+ * read sent back unchanged is the same settings.
+ */
+export function pricingJson(p: Pricing) {
+  return {
+    currency: p.currency,
+    models: p.models.map((m) => ({
+      model: m.model,
+      promptPerMillion: moneyText(m.promptPerMillion),
+      completionPerMillion: moneyText(m.completionPerMillion),
+    })),
+    cluster: {
+      ...p.cluster,
+      hardwarePricePerNode: moneyText(p.cluster.hardwarePricePerNode),
+      tariffPerKwh: moneyText(p.cluster.tariffPerKwh),
+    },
+    updatedAt: p.updatedAt,
+    updatedBy: p.updatedBy,
+  };
 }
 
 /** The price of `model`, or null when the operator set none. */

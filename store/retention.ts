@@ -76,14 +76,16 @@ const perKind = z.object({
   responses: days,
 }).strict();
 
-const boundsSchema = z.object({
+/** The body of the provider's retention bounds. */
+export const retentionBoundsSchema = z.object({
   defaults: perKind,
   min: perKind,
   max: perKind,
   deletionGraceDays: z.number().int().min(0).max(365),
 }).strict();
 
-const tenantSchema = z.object({
+/** The body of a tenant's retention choices. */
+export const tenantRetentionSchema = z.object({
   usage: days.nullable().optional(),
   audit: days.nullable().optional(),
   responses: days.nullable().optional(),
@@ -117,7 +119,7 @@ export async function setRetentionBounds(
   input: unknown,
 ): Promise<RetentionBounds> {
   requirePlatform(p);
-  const data = parse(boundsSchema, input);
+  const data = parse(retentionBoundsSchema, input);
   for (const kind of RETENTION_KINDS) {
     if (data.min[kind] > data.max[kind]) {
       throw new ValidationError(
@@ -251,7 +253,7 @@ export async function setTenantRetention(
   input: unknown,
 ): Promise<TenantRetentionView> {
   requireTenantWrite(p, tenantId);
-  const data = parse(tenantSchema, input);
+  const data = parse(tenantRetentionSchema, input);
   const bounds = await getRetentionBounds(store);
   for (const kind of RETENTION_KINDS) {
     const v = data[kind];

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { ValidationError } from "./errors.ts";
+import { MONEY_NOT_A_NUMBER, parseMoney } from "./money.ts";
 
 /** Parses `input` with `schema`, throwing a ValidationError naming the field. */
 export function parse<T extends z.ZodType>(
@@ -43,6 +44,37 @@ export const email = z.string({ error: "Email must be a string" }).trim()
 export const password = z.string({ error: "Password must be a string" })
   .min(12, "Password must be at least 12 characters")
   .max(256, "Password must be at most 256 characters");
+
+/**
+ * Money in major units as a decimal string ("0.40"), parsed to integer
+ * micro-units (store/money.ts) at most `maxMicro`, above 0 when
+ * `positive`. A JSON number is refused with why (MONEY_NOT_A_NUMBER).
+ */
+export function moneySchema(
+  opts: { positive?: boolean; maxMicro?: number; what?: string } = {},
+) {
+  const bounds = opts.what ??
+    "must be a non-negative amount with at most 6 decimals, like 12.50";
+  return z.string({
+    error: (iss) =>
+      typeof iss.input === "number"
+        ? MONEY_NOT_A_NUMBER
+        : 'must be a decimal string in major units like "0.40"',
+  }).transform((v, ctx) => {
+    try {
+      const micro = parseMoney(v);
+      const low = opts.positive ? micro > 0 : micro >= 0;
+      if (low && micro <= (opts.maxMicro ?? Infinity)) return micro;
+    } catch { /* below */ }
+    ctx.addIssue({ code: "custom", message: bounds });
+    return z.NEVER;
+  }).meta({
+    description:
+      "money in major units of the currency, as a decimal string with at most 6 decimals",
+    pattern: "^\\d{1,13}(\\.\\d{1,6})?$",
+    examples: ["0.40", "400.00"],
+  });
+}
 
 // the maximum is checked before wholeness: 1e30 is "too large", not "not whole"
 const limitValue = z.number({ error: "must be a number or null" })
@@ -143,6 +175,31 @@ export const adminTokenCreateSchema = z.object({
       "must be in the future",
     ),
 }).strict();
+
+/** The body of a key's rotation: how long the previous secret keeps working. */
+export const keyRotateSchema = z.object({
+  graceSeconds: z.number({ error: "must be a whole number of seconds" })
+    .int("must be a whole number of seconds")
+    .min(0, "must be 0 or more")
+    .max(2_592_000, "must be at most 2592000 (30 days)")
+    .optional().default(0),
+}).strict();
+
+/** The body of a node's dedication: a tenant id, or null to share it. */
+export const nodeDedicationSchema = z.object({
+  tenantId: z.string({
+    error: "is required (a tenant id, or null to share)",
+  }).max(64, "must be at most 64 characters").nullable(),
+}).strict();
+
+/** The body of a link test between two nodes. */
+export const linkTestSchema = z.object({
+  a: z.string({ error: "Give two different node ids: a and b" }).max(64),
+  b: z.string({ error: "Give two different node ids: a and b" }).max(64),
+}).strict().refine((v) => v.a !== v.b, {
+  message: "Give two different node ids: a and b",
+  path: ["b"],
+});
 
 export const joinTokenCreateSchema = z.object({
   uses: z.number().int().min(1).max(1000).optional().default(1),

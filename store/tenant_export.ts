@@ -7,6 +7,10 @@
  * can be in it. Tenant admins (their own tenant) and platform admins.
  */
 import type { AuditEntry } from "./audit.ts";
+import { auditJson } from "./audit_json.ts";
+import { alertJson, type BudgetAlert } from "./budget_alerts.ts";
+import { type Budget, budgetJson } from "./budgets.ts";
+import { getPricing } from "./pricing.ts";
 import { NotFoundError } from "./errors.ts";
 import { k } from "./kv_keys.ts";
 import { type Principal, requireTenantWrite } from "./principal.ts";
@@ -77,6 +81,7 @@ export async function exportTenant(
     if (r) responses.push({ id, ...r });
   }
   const retention = await getTenantRetention(store, p, tenantId);
+  const { currency } = await getPricing(store);
   return {
     schema: EXPORT_SCHEMA,
     exportedAt: new Date().toISOString(),
@@ -102,10 +107,14 @@ export async function exportTenant(
       "hash",
     ]),
     usage,
-    audit: await valuesUnder<AuditEntry>(kv, k.auditByTenantPrefix(tenantId)),
+    audit: (await valuesUnder<AuditEntry>(kv, k.auditByTenantPrefix(tenantId)))
+      .map((e) => auditJson(e, currency)),
     responses,
-    budgets: await valuesUnder(kv, k.budgetPrefix(tenantId)),
-    alerts: await valuesUnder(kv, k.budgetAlertPrefix(tenantId)),
+    // money as decimal strings in major units, like the admin API
+    budgets: (await valuesUnder<Budget>(kv, k.budgetPrefix(tenantId)))
+      .map((b) => budgetJson(b, currency)),
+    alerts: (await valuesUnder<BudgetAlert>(kv, k.budgetAlertPrefix(tenantId)))
+      .map(alertJson),
     webhooks: await indexed(
       kv,
       k.webhookByOwnerPrefix(tenantId),

@@ -101,7 +101,8 @@ export interface WebhookEvent {
 /** The owner part of KV keys: a tenant id, or "provider". */
 export const ownerOf = (tenantId: string | null) => tenantId ?? "provider";
 
-const createSchema = z.object({
+/** The body that adds a webhook endpoint. */
+export const webhookCreateSchema = z.object({
   url: z.string({ error: "must be a string" }),
   description: z.string({ error: "must be a string" }).trim().max(
     200,
@@ -250,7 +251,7 @@ export async function createWebhook(
   allowPrivate: boolean,
 ): Promise<{ secret: string; webhook: WebhookView }> {
   await requireOwner(store, p, tenantId, true);
-  const data = parse(createSchema, input);
+  const data = parse(webhookCreateSchema, input);
   const url = validateWebhookUrl(data.url, allowPrivate);
   const owner = ownerOf(tenantId);
   const existing = await endpointsOf(store, tenantId);

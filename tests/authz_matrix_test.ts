@@ -199,8 +199,10 @@ const COVERAGE: Record<string, Cover> = {
   "GET /api/admin/v1/links/progress": { kind: "platform-only" },
   // budgets, alerts and webhooks
   "GET /api/admin/v1/tenants/:id/budgets": { kind: "tenant-b" },
+  "GET /api/admin/v1/tenants/:id/budgets/:unit": { kind: "tenant-b" },
   "PUT /api/admin/v1/tenants/:id/budgets/:unit": { kind: "tenant-b" },
   "DELETE /api/admin/v1/tenants/:id/budgets/:unit": { kind: "tenant-b" },
+  "GET /api/admin/v1/keys/:id/budgets/:unit": { kind: "tenant-b" },
   "PUT /api/admin/v1/keys/:id/budgets/:unit": { kind: "tenant-b" },
   "DELETE /api/admin/v1/keys/:id/budgets/:unit": { kind: "tenant-b" },
   "GET /api/admin/v1/tenants/:id/alerts": { kind: "tenant-b" },

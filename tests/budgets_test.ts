@@ -109,7 +109,8 @@ Deno.test("a hard money budget admits nothing past it under waves of 60 concurre
     assert.equal(refusal!.error.code, "insufficient_quota");
     assert.match(
       refusal!.error.message,
-      /Budget reached for your organization: the monthly spend budget of 0\.20 is used up/,
+      // what is left, and what the request would need: its worst case
+      /Budget reached for your organization: the monthly spend budget of 0\.20 EUR (is used up \(this request needs up to 0\.\d+ EUR\)|has 0\.\d+ EUR left; this request needs up to 0\.\d+ EUR \(its prompt and max_tokens at the model's prices\))\. The budget resets in/,
     );
     await w.gw.idle();
     assert.equal(
@@ -174,7 +175,7 @@ Deno.test("a key's hard token budget, set by its tenant's admin within the tenan
     assert.ok(billed <= 300 && admitted >= 10, `${admitted}: ${billed}`);
     assert.match(
       refusal,
-      /Budget reached for this API key: the monthly token budget of 300 tokens is used up/,
+      /Budget reached for this API key: the monthly token budget of 300 tokens (is used up \(this request needs up to \d+ tokens\)|has \d+ tokens left; this request needs up to \d+ tokens)\./,
     );
     await w.gw.idle();
     assert.equal(
@@ -610,7 +611,10 @@ Deno.test("admin API: budgets, alerts and webhooks, each within its tenant and r
     const keyBudget = status.budgets.find((b: { keyId: string | null }) =>
       b.keyId === apiKey.id
     );
-    assert.equal(keyBudget.spent, 10_000, "1,000 tokens at 10 per 1M: 0.01");
+    // money in the admin API: decimal strings in major units
+    assert.equal(keyBudget.spent, "0.01", "1,000 tokens at 10 per 1M: 0.01");
+    assert.equal(keyBudget.amount, "0.01");
+    assert.equal(status.currency, "EUR");
     assert.equal(keyBudget.percent, 100);
     const listedAlerts = await (await api(
       w,
@@ -689,7 +693,9 @@ Deno.test("a hard budget set in the middle of its month counts what was spent be
     }
     await w.gw.idle(); // the month's rollups hold them
     await setTenantBudget(w.store, SYSTEM, w.tenant.id, "money", {
-      amount: "0.035", // less than what is spent plus one more request
+      // less than what is spent plus one more request's worst case, more
+      // than that worst case alone (else the request is too large for it)
+      amount: "0.05",
       hard: true,
     });
     // What the statement bills so far (its lines rounded to the cent).

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { clusterChargeback } from "../store/chargeback.ts";
 import { k } from "../store/kv_keys.ts";
+import { parseMoney } from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { buildStatement } from "../store/statements.ts";
@@ -99,10 +100,10 @@ async function nodeLines(w: TestWorld, tenant: string) {
   assert.equal(res.status, 200);
   const s = await res.json();
   return {
-    total: s.totalMicro as number,
-    lines: (s.lines as { kind: string; amountMicro: number }[])
+    total: parseMoney(s.total),
+    lines: (s.lines as { kind: string; amount: string }[])
       .filter((l) => l.kind === "energy" || l.kind === "hardware")
-      .map((l) => [l.kind, l.amountMicro / 10_000]),
+      .map((l) => [l.kind, parseMoney(l.amount) / 10_000]),
   };
 }
 
@@ -175,12 +176,13 @@ Deno.test("the allocation rule chosen in settings changes the statements; idle c
     assert.equal(after.status, 200);
     const cb = await after.json();
     assert.equal(cb.rule, "tokens");
-    assert.equal(cb.idle.totalMicro, 152_670_000);
-    assert.equal(cb.totalMicro, 153_300_000);
+    // money in the admin API: decimal strings in major units
+    assert.equal(cb.idle.total, "152.67");
+    assert.equal(cb.total, "153.30");
     // Each tenant's row is its statement's total.
     for (const t of cb.tenants) {
       const s = await buildStatement(w.store, SYSTEM, t.tenantId, MONTH);
-      assert.equal(t.totalMicro, s.totalMicro, t.slug);
+      assert.equal(parseMoney(t.total), s.totalMicro, t.slug);
     }
 
     // The portal page shows the provider's line and the rule.

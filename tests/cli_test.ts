@@ -230,3 +230,73 @@ Deno.test("orchard CLI: admin-token create, list, revoke; user list, reset-passw
     await w.close();
   }
 });
+
+Deno.test("orchard CLI: budgets and prices in major units with their currency", async () => {
+  const w = await createWorld();
+  const server = Deno.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    onListen: () => {},
+  }, w.app.fetch);
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  const t = w.tokens.platform;
+  try {
+    const set = await orchard(
+      url,
+      t,
+      "budget",
+      "set",
+      "acme",
+      "--unit",
+      "money",
+      "--amount",
+      "500.00",
+      "--hard",
+      "--thresholds",
+      "50,100",
+    );
+    assert.equal(set.code, 0, set.stderr);
+    assert.match(
+      set.stdout,
+      /tenant\s+money\s+500\.00 EUR\s+—\s+—\s+hard/,
+    );
+    const tokens = await orchard(
+      url,
+      t,
+      "budget",
+      "set",
+      "acme",
+      "--unit",
+      "tokens",
+      "--amount",
+      "2000000",
+    );
+    assert.equal(tokens.code, 0, tokens.stderr);
+    const shown = await orchard(url, t, "budget", "show", "acme", "--json");
+    const budgets = JSON.parse(shown.stdout).budgets;
+    assert.deepEqual(
+      budgets.map((b: { unit: string; amount: unknown }) => [b.unit, b.amount])
+        .sort(),
+      [["money", "500.00"], ["tokens", 2_000_000]],
+    );
+    const bad = await orchard(
+      url,
+      t,
+      "budget",
+      "set",
+      "acme",
+      "--unit",
+      "money",
+      "--amount",
+      "5,00",
+    );
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /400: amount: must be an amount above 0/);
+    const prices = await orchard(url, t, "pricing", "show");
+    assert.equal(prices.code, 0, prices.stderr);
+    assert.match(prices.stdout, /Prices per 1M tokens \(EUR\)/);
+  } finally {
+    await server.shutdown();
+    await w.close();
+  }
+});

@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { listAudit } from "../store/audit.ts";
 import {
   formatMoney,
+  moneyJson,
+  moneyText,
   parseMoney,
   perMillion,
   toCents,
@@ -84,6 +86,32 @@ Deno.test("parseMoney() reads decimals exactly and refuses the rest; formatMoney
   for (const bad of ["-1", "1e3", "", "1.2345678", "abc", "1,5", null]) {
     assert.throws(() => parseMoney(bad), /at most 6 decimals/, String(bad));
   }
+  // a number is ambiguous between units and micro-units: refused
+  assert.throws(
+    () => parseMoney(400_000_000, "promptPerMillion"),
+    /^ValidationError: promptPerMillion: must be a decimal string in major units like "0\.40", not a number/,
+  );
+  // moneyText is exact, and parseMoney reads it back
+  for (
+    const micro of [0, 1, 10, 100_000, 400_000_000, 123_456, 1_234_567_891]
+  ) {
+    assert.equal(parseMoney(moneyText(micro)), micro, String(micro));
+  }
+  assert.equal(moneyText(400_000_000), "400.00");
+  assert.equal(moneyText(123_456), "0.123456");
+  assert.equal(moneyText(2_875_000), "2.875");
+  assert.deepEqual(
+    moneyJson({
+      tokens: 5,
+      tokensMicro: 1_500_000,
+      lines: [{ amountMicro: 10_000, unitPriceMicro: null }],
+    }),
+    {
+      tokens: 5,
+      tokensAmount: "1.50",
+      lines: [{ amount: "0.01", unitPrice: null }],
+    },
+  );
   assert.equal(formatMoney(5_000), "0.01");
   assert.equal(formatMoney(4_999), "0.00");
   assert.equal(formatMoney(1_234_567, 4), "1.2346");
@@ -221,7 +249,16 @@ Deno.test("GET /api/admin/v1/statements answers JSON or CSV and readable 400s", 
       w.tokens.platform,
     );
     assert.equal(json.status, 200);
-    assert.equal((await json.json()).totalMicro, 2_970_000);
+    // money in the admin API: decimal strings in major units, never micro-units
+    const body = await json.json();
+    assert.equal(body.total, "2.97");
+    assert.equal(body.currency, "EUR");
+    assert.equal(body.totalMicro, undefined);
+    assert.ok(
+      body.lines.every((l: { amount: unknown }) =>
+        typeof l.amount === "string"
+      ),
+    );
     const csv = await api(
       w,
       "GET",

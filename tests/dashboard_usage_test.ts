@@ -1,7 +1,12 @@
 /** Usage reports: the admin API, the /usage page and quota status, read from rollups. */
 import assert from "node:assert/strict";
 import { setTenantLimits } from "../store/limits.ts";
-import { formatMoney, perMillion, toCents } from "../store/money.ts";
+import {
+  formatMoney,
+  parseMoney,
+  perMillion,
+  toCents,
+} from "../store/money.ts";
 import { setPricing } from "../store/pricing.ts";
 import { buildStatement } from "../store/statements.ts";
 import { SYSTEM } from "../store/principal.ts";
@@ -323,22 +328,22 @@ Deno.test("the usage page's cost of a calendar month is the statement's token li
       );
       assert.equal(res.status, 200);
       const { spend } = await res.json();
-      assert.equal(spend.totalMicro, total, `by ${g}`);
+      assert.equal(parseMoney(spend.total), total, `by ${g}`);
       assert.equal(spend.currency, "EUR");
       for (const m of spend.byModel) {
         const mine = tokenLines.filter((l) =>
           l.description.startsWith(`${m.model} `)
         );
         assert.equal(
-          m.amountMicro,
+          parseMoney(m.amount),
           mine.reduce((a, l) => a + l.amountMicro, 0),
           m.model,
         );
       }
       const byKey = Object.fromEntries(
-        spend.byKey.map((k: { keyId: string; amountMicro: number }) => [
+        spend.byKey.map((k: { keyId: string; amount: string }) => [
           k.keyId,
-          k.amountMicro,
+          parseMoney(k.amount),
         ]),
       );
       // key2: 7,777 × 0.333 + 3,333 × 1.7 (tiny), 999 × 12.5 + 1 × 37.49 (big)

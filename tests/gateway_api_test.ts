@@ -6,9 +6,11 @@ import {
   readSSE,
 } from "../gateway/_testing.ts";
 import { getApiKey, revokeApiKey } from "../store/api_keys.ts";
+import { setTenantLimits } from "../store/limits.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { createTenant, updateTenant } from "../store/tenants.ts";
 import { usageTotals } from "../store/usage.ts";
+import { writeUsage } from "../store/usage_rollups.ts";
 
 const chat = (extra: Record<string, unknown> = {}) => ({
   model: "tiny-chat",
@@ -327,15 +329,44 @@ Deno.test("sequential requests see x-ratelimit-remaining-requests drop by exactl
   }
 });
 
-Deno.test("an exhausted daily quota is 429 insufficient_quota with x-should-retry: false; rpm is rate_limit_exceeded", async () => {
+Deno.test("an exhausted daily quota is 429 insufficient_quota with x-should-retry: false; a request over the whole quota is too large; rpm is rate_limit_exceeded", async () => {
   await awayFromMinuteEdge();
-  const w = await createWorld({ limits: { tokensPerDay: 100 } });
+  const w = await createWorld();
   try {
-    const r = await w.post("/v1/chat/completions", chat({ max_tokens: 500 }));
+    // 98 tokens used today, before a daily quota of 100 was set
+    await writeUsage(w.store, [{
+      id: crypto.randomUUID(),
+      at: new Date().toISOString(),
+      requestId: "earlier",
+      tenantId: w.tenant.id,
+      keyId: w.keyId,
+      model: "tiny-chat",
+      nodeId: null,
+      endpoint: "chat",
+      promptTokens: 90,
+      completionTokens: 8,
+      latencyMs: 1,
+      ttftMs: null,
+      status: 200,
+      outcome: "ok",
+    }]);
+    await setTenantLimits(w.store, SYSTEM, w.tenant.id, { tokensPerDay: 100 });
+    const r = await w.post("/v1/chat/completions", chat({ max_tokens: 5 }));
     assert.equal(r.status, 429);
     assert.equal(r.headers.get("x-should-retry"), "false");
     assert.ok(Number(r.headers.get("retry-after")) > 0);
-    assert.equal((await r.json()).error.code, "insufficient_quota");
+    const { error } = await r.json();
+    assert.equal(error.code, "insufficient_quota");
+    assert.match(error.message, /has 2 tokens left; this request needs up to/);
+    // more than the whole quota: it can never fit, and says so
+    const big = await w.post("/v1/chat/completions", chat({ max_tokens: 500 }));
+    assert.equal(big.status, 429);
+    assert.equal(big.headers.get("x-should-retry"), "false");
+    assert.equal(big.headers.get("retry-after"), null);
+    assert.match(
+      (await big.json()).error.message,
+      /^Request too large for tiny-chat for your organization on tokens per day \(TPD\): Limit 100, Requested \d+\./,
+    );
   } finally {
     await w.close();
   }

@@ -13,6 +13,7 @@ import {
 } from "../../store/admin_tokens.ts";
 import { createPasswordReset } from "../../store/password_resets.ts";
 import { isPlatform, type Principal } from "../../store/principal.ts";
+import { adminTokenCreateSchema } from "../../store/schemas.ts";
 import type { Store } from "../../store/store.ts";
 import { findTenant } from "../../store/tenants.ts";
 import {
@@ -23,7 +24,7 @@ import {
 } from "../../store/users.ts";
 import type { AdminEnv } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
-import { documentPaths } from "./openapi.ts";
+import { documentPaths, requestBody } from "./openapi.ts";
 
 /** `?tenant=` (id or slug) as a tenant id; the caller's own tenant for tenant principals without it. */
 async function tenantScope(
@@ -250,19 +251,7 @@ documentPaths({
         }],
       },
       {
-        requestBody: json({
-          type: "object",
-          required: ["name", "role"],
-          properties: {
-            name: { type: "string", maxLength: 100 },
-            role,
-            tenantId: {
-              type: ["string", "null"],
-              description: "required for tenant roles",
-            },
-            expiresAt: { type: ["string", "null"], format: "date-time" },
-          },
-        }),
+        requestBody: requestBody(adminTokenCreateSchema),
       },
     ),
   },

@@ -18,6 +18,7 @@ import {
   parseRequestLogQuery,
 } from "../../store/request_log.ts";
 import { listAudit } from "../../store/audit.ts";
+import { auditJson } from "../../store/audit_json.ts";
 import { UnauthorizedError } from "../../store/errors.ts";
 import { getTenantLimits, setTenantLimits } from "../../store/limits.ts";
 import {
@@ -27,7 +28,8 @@ import {
   updateTenant,
 } from "../../store/tenants.ts";
 import { createInvite, listUsers } from "../../store/users.ts";
-import { getPricing, setPricing } from "../../store/pricing.ts";
+import { getPricing, pricingJson, setPricing } from "../../store/pricing.ts";
+import { moneyJson } from "../../store/money.ts";
 import { isPlatform, requirePlatform } from "../../store/principal.ts";
 import { buildStatement, statementCsv } from "../../store/statements.ts";
 import { clusterChargeback } from "../../store/chargeback.ts";
@@ -35,6 +37,7 @@ import { capacityReport } from "../../store/capacity.ts";
 import { capacityCsv } from "../../store/capacity_csv.ts";
 import { parseUsageQuery, usageReport } from "../../store/usage_report.ts";
 import { ValidationError } from "../../store/errors.ts";
+import { keyRotateSchema, parse } from "../../store/schemas.ts";
 import { type AdminEnv, clientIp } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
 import { addBudgetRoutes } from "./budgets.ts";
@@ -164,13 +167,7 @@ export function createAdminApi(): Hono<AdminEnv> {
       ),
   );
   api.post("/keys/:id/rotate", async (c) => {
-    const grace = (await readJson(c)).graceSeconds ?? 0;
-    if (typeof grace !== "number" || !Number.isInteger(grace)) {
-      throw new ValidationError(
-        "graceSeconds must be a whole number of seconds",
-        "graceSeconds",
-      );
-    }
+    const grace = parse(keyRotateSchema, await readJson(c)).graceSeconds;
     const { key, apiKey } = await rotateApiKey(
       store(c),
       c.get("principal"),
@@ -203,25 +200,29 @@ export function createAdminApi(): Hono<AdminEnv> {
       link: `${c.get("deps").config.publicUrl}/invite/${token}`,
     }, 201);
   });
-  api.get("/audit", async (c) =>
-    c.json(
-      await listAudit(store(c).kv, c.get("principal"), {
-        tenantId: c.req.query("tenant")?.slice(0, 64),
-        actorId: c.req.query("actor")?.slice(0, 64),
-        action: c.req.query("action")?.slice(0, 64),
-        from: parseLogTime(c.req.query("from"), "from"),
-        to: parseLogTime(c.req.query("to"), "to", true),
-        cursor: c.req.query("cursor"),
-        limit: limitParam(c.req.query("limit")),
-      }),
-    ));
+  api.get("/audit", async (c) => {
+    const page = await listAudit(store(c).kv, c.get("principal"), {
+      tenantId: c.req.query("tenant")?.slice(0, 64),
+      actorId: c.req.query("actor")?.slice(0, 64),
+      action: c.req.query("action")?.slice(0, 64),
+      from: parseLogTime(c.req.query("from"), "from"),
+      to: parseLogTime(c.req.query("to"), "to", true),
+      cursor: c.req.query("cursor"),
+      limit: limitParam(c.req.query("limit")),
+    });
+    const { currency } = await getPricing(store(c));
+    return c.json({
+      ...page,
+      items: page.items.map((e) => auditJson(e, currency)),
+    });
+  });
   api.get("/usage", async (c) => {
     const p = c.get("principal");
     const q = c.req.query();
     const tenant = q.tenant
       ? (await findTenant(store(c), p, q.tenant.slice(0, 64))).id
       : undefined;
-    return c.json(
+    return c.json(moneyJson(
       await usageReport(
         store(c),
         p,
@@ -234,7 +235,7 @@ export function createAdminApi(): Hono<AdminEnv> {
           to: q.to,
         }),
       ),
-    );
+    ));
   });
   api.get("/statements", async (c) => {
     const p = c.get("principal");
@@ -252,7 +253,7 @@ export function createAdminApi(): Hono<AdminEnv> {
       tenant.id,
       (q.month ?? "").slice(0, 20),
     );
-    if (format === "json") return c.json(s);
+    if (format === "json") return c.json(moneyJson(s));
     return c.body(statementCsv(s), 200, {
       "content-type": "text/csv; charset=utf-8",
       "content-disposition":
@@ -261,7 +262,9 @@ export function createAdminApi(): Hono<AdminEnv> {
   });
   api.get("/chargeback", async (c) => {
     const month = (c.req.query("month") ?? "").slice(0, 20);
-    return c.json(await clusterChargeback(store(c), c.get("principal"), month));
+    return c.json(
+      moneyJson(await clusterChargeback(store(c), c.get("principal"), month)),
+    );
   });
   api.get("/capacity", async (c) => {
     const format = c.req.query("format") ?? "json";
@@ -269,7 +272,7 @@ export function createAdminApi(): Hono<AdminEnv> {
       throw new ValidationError("format: must be csv or json", "format");
     }
     const r = await capacityReport(store(c), c.get("principal"));
-    if (format === "json") return c.json(r);
+    if (format === "json") return c.json(moneyJson(r));
     return c.body(capacityCsv(r), 200, {
       "content-type": "text/csv; charset=utf-8",
       "content-disposition": `attachment; filename="capacity-${
@@ -279,13 +282,15 @@ export function createAdminApi(): Hono<AdminEnv> {
   });
   api.get("/settings/pricing", async (c) => {
     requirePlatform(c.get("principal"));
-    return c.json(await getPricing(store(c)));
+    return c.json(pricingJson(await getPricing(store(c))));
   });
   api.put(
     "/settings/pricing",
     async (c) =>
       c.json(
-        await setPricing(store(c), c.get("principal"), await readJson(c)),
+        pricingJson(
+          await setPricing(store(c), c.get("principal"), await readJson(c)),
+        ),
       ),
   );
   addBudgetRoutes(api);

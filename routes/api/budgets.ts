@@ -9,10 +9,13 @@
 import type { Context, Hono } from "hono";
 import {
   acknowledgeAlert,
+  alertJson,
   listAlerts,
   listAllAlerts,
 } from "../../store/budget_alerts.ts";
 import {
+  budgetBodySchema,
+  budgetJson,
   budgetStatus,
   deleteKeyBudget,
   deleteTenantBudget,
@@ -20,16 +23,21 @@ import {
   setKeyBudget,
   setTenantBudget,
 } from "../../store/budgets.ts";
+import { getApiKey } from "../../store/api_keys.ts";
+import { NotFoundError } from "../../store/errors.ts";
+import type { Principal } from "../../store/principal.ts";
+import type { Store } from "../../store/store.ts";
 import { findTenant } from "../../store/tenants.ts";
 import {
   createWebhook,
   deleteWebhook,
   listDeliveries,
   listWebhooks,
+  webhookCreateSchema,
 } from "../../store/webhooks.ts";
 import type { AdminEnv } from "../_env.ts";
 import { limitParam, readJson } from "./_json.ts";
-import { documentPaths } from "./openapi.ts";
+import { documentPaths, jsonSchemaOf, requestBody } from "./openapi.ts";
 
 type C = Context<AdminEnv>;
 
@@ -47,18 +55,30 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
   api.get(
     "/tenants/:id/budgets",
     async (c) =>
-      c.json(await budgetStatus(store(c), c.get("principal"), await tenant(c))),
+      c.json(await statusJson(store(c), c.get("principal"), await tenant(c))),
   );
-  api.put("/tenants/:id/budgets/:unit", async (c) => {
-    const id = await tenant(c);
-    return c.json(
-      await setTenantBudget(
+  api.get("/tenants/:id/budgets/:unit", async (c) =>
+    c.json(
+      await oneBudget(
         store(c),
         c.get("principal"),
-        id,
+        await tenant(c),
+        null,
         parseUnit(c.req.param("unit")),
-        await readJson(c),
       ),
+    ));
+  api.put("/tenants/:id/budgets/:unit", async (c) => {
+    const id = await tenant(c);
+    const b = await setTenantBudget(
+      store(c),
+      c.get("principal"),
+      id,
+      parseUnit(c.req.param("unit")),
+      await readJson(c),
+    );
+    // answered as GET reads it: with this month's spend
+    return c.json(
+      await oneBudget(store(c), c.get("principal"), id, null, b.unit),
     );
   });
   api.delete("/tenants/:id/budgets/:unit", async (c) => {
@@ -71,16 +91,40 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
     );
     return c.body(null, 204);
   });
-  api.put("/keys/:id/budgets/:unit", async (c) =>
-    c.json(
-      await setKeyBudget(
+  api.get("/keys/:id/budgets/:unit", async (c) => {
+    const key = await getApiKey(
+      store(c),
+      c.get("principal"),
+      c.req.param("id"),
+    );
+    return c.json(
+      await oneBudget(
         store(c),
         c.get("principal"),
-        c.req.param("id"),
+        key.tenantId,
+        key.id,
         parseUnit(c.req.param("unit")),
-        await readJson(c),
       ),
-    ));
+    );
+  });
+  api.put("/keys/:id/budgets/:unit", async (c) => {
+    const b = await setKeyBudget(
+      store(c),
+      c.get("principal"),
+      c.req.param("id"),
+      parseUnit(c.req.param("unit")),
+      await readJson(c),
+    );
+    return c.json(
+      await oneBudget(
+        store(c),
+        c.get("principal"),
+        b.tenantId,
+        b.keyId,
+        b.unit,
+      ),
+    );
+  });
   api.delete("/keys/:id/budgets/:unit", async (c) => {
     await deleteKeyBudget(
       store(c),
@@ -91,24 +135,28 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
     return c.body(null, 204);
   });
 
-  api.get("/tenants/:id/alerts", async (c) =>
-    c.json(
-      await listAlerts(store(c), c.get("principal"), await tenant(c), page(c)),
-    ));
+  api.get("/tenants/:id/alerts", async (c) => {
+    const r = await listAlerts(
+      store(c),
+      c.get("principal"),
+      await tenant(c),
+      page(c),
+    );
+    return c.json({ ...r, items: r.items.map(alertJson) });
+  });
   api.post("/tenants/:id/alerts/:alertId/ack", async (c) =>
-    c.json(
+    c.json(alertJson(
       await acknowledgeAlert(
         store(c),
         c.get("principal"),
         await tenant(c),
         c.req.param("alertId"),
       ),
-    ));
-  api.get(
-    "/alerts",
-    async (c) =>
-      c.json(await listAllAlerts(store(c), c.get("principal"), page(c))),
-  );
+    )));
+  api.get("/alerts", async (c) => {
+    const r = await listAllAlerts(store(c), c.get("principal"), page(c));
+    return c.json({ ...r, items: r.items.map(alertJson) });
+  });
 
   // A tenant's endpoints (tenant admins), and the provider's (platform admins).
   for (const scope of ["tenant", "provider"] as const) {
@@ -151,6 +199,26 @@ export function addBudgetRoutes(api: Hono<AdminEnv>): void {
   }
 }
 
+/** A tenant's budgets with this month's spend, money as decimal strings. */
+async function statusJson(store: Store, p: Principal, tenantId: string) {
+  const s = await budgetStatus(store, p, tenantId);
+  return { ...s, budgets: s.budgets.map((b) => budgetJson(b, s.currency)) };
+}
+
+/** One budget (the tenant's, or a key's) with its spend, or 404. */
+async function oneBudget(
+  store: Store,
+  p: Principal,
+  tenantId: string,
+  keyId: string | null,
+  unit: "tokens" | "money",
+) {
+  const s = await budgetStatus(store, p, tenantId);
+  const b = s.budgets.find((b) => b.keyId === keyId && b.unit === unit);
+  if (!b) throw new NotFoundError("Budget");
+  return budgetJson(b, s.currency);
+}
+
 const path = (name: string, what: string) => ({
   name,
   in: "path",
@@ -183,43 +251,17 @@ const budgetBody = {
   content: {
     "application/json": {
       schema: {
-        type: "object",
-        required: ["amount"],
-        properties: {
-          amount: {
-            description:
-              'per calendar month (UTC): whole tokens, or money as a decimal string like "500.00" (responses give micro-units)',
-          },
-          hard: {
-            type: "boolean",
-            description:
-              "refuse requests (429 insufficient_quota) once reached; default false (alerts only)",
-          },
-          thresholds: {
-            type: "array",
-            items: { type: "integer", minimum: 1, maximum: 1000 },
-            description: "alert at these percents; default [80, 100]",
-          },
-        },
+        description:
+          "per calendar month (UTC): a tokens budget's amount in whole tokens, a money budget's as a decimal string in major units of the pricing's currency (never a number); a hard one refuses requests (429 insufficient_quota) once reached; alerts at `thresholds` percents (default [80, 100]). A budget read back (GET) may be sent as is: its read-only fields are ignored",
+        oneOf: [
+          { title: "tokens", ...jsonSchemaOf(budgetBodySchema("tokens")) },
+          { title: "money", ...jsonSchemaOf(budgetBodySchema("money")) },
+        ],
       },
     },
   },
 };
-const webhookBody = {
-  required: true,
-  content: {
-    "application/json": {
-      schema: {
-        type: "object",
-        required: ["url"],
-        properties: {
-          url: { type: "string", description: "http(s), a public address" },
-          description: { type: "string" },
-        },
-      },
-    },
-  },
-};
+const webhookBody = requestBody(webhookCreateSchema);
 
 documentPaths({
   "/tenants/{id}/budgets": {
@@ -229,6 +271,10 @@ documentPaths({
     },
   },
   "/tenants/{id}/budgets/{unit}": {
+    get: {
+      ...ok("The tenant's budget in a unit, with this month's spend"),
+      parameters: [tenantId, unit],
+    },
     put: {
       ...ok("Set the tenant's budget in a unit (platform admins)"),
       parameters: [tenantId, unit],
@@ -240,6 +286,10 @@ documentPaths({
     },
   },
   "/keys/{id}/budgets/{unit}": {
+    get: {
+      ...ok("A key's budget in a unit, with this month's spend"),
+      parameters: [path("id", "key id"), unit],
+    },
     put: {
       ...ok("Set a key's budget, within the tenant's (tenant admins)"),
       parameters: [path("id", "key id"), unit],

@@ -1,8 +1,49 @@
 /**
- * OpenAPI 3.1 description of the admin API. Written out by hand: the routes
- * are plain Hono handlers over zod-validated service functions, and a
- * generator would need every route rewritten in its own DSL.
+ * OpenAPI 3.1 description of the admin API. Paths and answers are listed
+ * here (and by the modules that add routes, through documentPaths); every
+ * request body is generated from the zod schema its service function
+ * parses (requestBody), so the document cannot drift from what is
+ * accepted.
  */
+import { z } from "zod";
+import {
+  aliasSchema,
+  nodePlacementSchema,
+  ruleSchema,
+} from "../../store/placement.ts";
+import { pricingSchema } from "../../store/pricing.ts";
+import {
+  apiKeyCreateSchema,
+  apiKeyPatchSchema,
+  inviteSchema,
+  joinTokenCreateSchema,
+  keyRotateSchema,
+  limitsSchema,
+  linkTestSchema,
+  nodeDedicationSchema,
+  tenantCreateSchema,
+  tenantPatchSchema,
+} from "../../store/schemas.ts";
+
+/** JSON Schema of what `schema` accepts (its input side), for the document. */
+export function jsonSchemaOf(
+  schema: z.ZodType,
+  io: "input" | "output" = "input",
+): Record<string, unknown> {
+  const { $schema: _, ...out } = z.toJSONSchema(schema, {
+    io,
+    unrepresentable: "any",
+  });
+  return out;
+}
+
+/** A required JSON request body, generated from the zod schema that parses it. */
+export function requestBody(schema: z.ZodType) {
+  return {
+    required: true,
+    content: { "application/json": { schema: jsonSchemaOf(schema) } },
+  };
+}
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const json = (schema: unknown) => ({
@@ -64,7 +105,6 @@ const page = (item: string) => ({
     cursor: { type: ["string", "null"] },
   },
 });
-const nullableInt = { type: ["integer", "null"], minimum: 0 };
 
 /** The OpenAPI document served at `/api/admin/v1/openapi.json`. */
 export function openApiDocument() {
@@ -88,14 +128,7 @@ export function openApiDocument() {
           }, ...pageParams],
         }),
         post: op("Create a tenant", { status: "201", schema: ref("Tenant") }, {
-          requestBody: json({
-            type: "object",
-            required: ["name"],
-            properties: {
-              name: { type: "string", maxLength: 100 },
-              slug: { type: "string", maxLength: 48 },
-            },
-          }),
+          requestBody: requestBody(tenantCreateSchema),
         }),
       },
       "/tenants/{id}": {
@@ -105,13 +138,7 @@ export function openApiDocument() {
           status: "200",
           schema: ref("Tenant"),
         }, {
-          requestBody: json({
-            type: "object",
-            properties: {
-              name: { type: "string" },
-              status: { enum: ["active", "suspended"] },
-            },
-          }),
+          requestBody: requestBody(tenantPatchSchema),
         }),
         delete: op(
           "Delete a tenant: suspended at once, its data removed after the grace period (platform admins; routes/api/retention.ts)",
@@ -127,7 +154,7 @@ export function openApiDocument() {
         put: op("Replace a tenant's limits", {
           status: "200",
           schema: ref("Limits"),
-        }, { requestBody: json(ref("Limits")) }),
+        }, { requestBody: requestBody(limitsSchema) }),
       },
       "/tenants/{id}/keys": {
         parameters: [idParam("id", "Tenant id or slug")],
@@ -147,20 +174,7 @@ export function openApiDocument() {
             },
           },
           {
-            requestBody: json({
-              type: "object",
-              required: ["name"],
-              properties: {
-                name: { type: "string", maxLength: 100 },
-                scopes: {
-                  type: "array",
-                  items: { enum: ["chat", "embeddings", "models"] },
-                },
-                models: { type: ["array", "null"], items: { type: "string" } },
-                limits: { oneOf: [ref("Limits"), { type: "null" }] },
-                expiresAt: { type: ["string", "null"], format: "date-time" },
-              },
-            }),
+            requestBody: requestBody(apiKeyCreateSchema),
           },
         ),
       },
@@ -223,12 +237,7 @@ export function openApiDocument() {
             },
           },
           {
-            requestBody: json({
-              type: "object",
-              properties: {
-                graceSeconds: { type: "integer", minimum: 0, maximum: 2592000 },
-              },
-            }),
+            requestBody: requestBody(keyRotateSchema),
           },
         ),
       },
@@ -239,18 +248,7 @@ export function openApiDocument() {
           "Edit a key's name, scopes, models and own limits (within the tenant's)",
           { status: "200", schema: ref("ApiKey") },
           {
-            requestBody: json({
-              type: "object",
-              properties: {
-                name: { type: "string" },
-                scopes: {
-                  type: "array",
-                  items: { enum: ["chat", "embeddings", "models"] },
-                },
-                models: { type: ["array", "null"], items: { type: "string" } },
-                limits: { oneOf: [ref("Limits"), { type: "null" }] },
-              },
-            }),
+            requestBody: requestBody(apiKeyPatchSchema),
           },
         ),
         delete: op("Revoke an API key (effective within a second)", {
@@ -281,17 +279,7 @@ export function openApiDocument() {
             },
           },
         }, {
-          requestBody: json({
-            type: "object",
-            required: ["email", "role"],
-            properties: {
-              email: { type: "string" },
-              role: {
-                enum: ["platform_admin", "tenant_admin", "tenant_viewer"],
-              },
-              tenantId: { type: ["string", "null"] },
-            },
-          }),
+          requestBody: requestBody(inviteSchema),
         }),
       },
       "/audit": {
@@ -328,7 +316,7 @@ export function openApiDocument() {
                 spend: {
                   type: "object",
                   description:
-                    "What the range cost at the statement's prices (micro-units): totalMicro, byModel, byKey (a tenant's), currency, notes",
+                    "What the range cost at the statement's prices, money as decimal strings in major units of `currency`: total, byModel, byKey (a tenant's), currency, notes",
                 },
               },
             },
@@ -351,7 +339,7 @@ export function openApiDocument() {
       },
       "/statements": {
         get: op(
-          "A tenant's monthly statement (token charges, energy and hardware share), JSON or CSV",
+          "A tenant's monthly statement (token charges, energy and hardware share), JSON (money as decimal strings in major units of `currency`) or CSV",
           { status: "200", schema: { type: "object" } },
           {
             parameters: [
@@ -401,14 +389,17 @@ export function openApiDocument() {
         ),
       },
       "/settings/pricing": {
-        get: op("Chargeback prices and cluster cost model (micro-units)", {
-          status: "200",
-          schema: { type: "object" },
-        }),
+        get: op(
+          "Chargeback prices and cluster cost model (money as decimal strings in major units of `currency`)",
+          {
+            status: "200",
+            schema: jsonSchemaOf(pricingSchema),
+          },
+        ),
         put: op(
-          "Replace the chargeback settings (platform admins; amounts as decimal strings)",
-          { status: "200", schema: { type: "object" } },
-          { requestBody: json({ type: "object" }) },
+          "Replace the chargeback settings (platform admins; money as decimal strings in major units, never numbers; `updatedAt`/`updatedBy` are read only and ignored)",
+          { status: "200", schema: jsonSchemaOf(pricingSchema) },
+          { requestBody: requestBody(pricingSchema) },
         ),
       },
       "/join-tokens": {
@@ -429,13 +420,7 @@ export function openApiDocument() {
             },
           },
           {
-            requestBody: json({
-              type: "object",
-              properties: {
-                uses: { type: "integer", minimum: 1, default: 1 },
-                ttlSeconds: { type: "integer", maximum: 86400, default: 3600 },
-              },
-            }),
+            requestBody: requestBody(joinTokenCreateSchema),
           },
         ),
       },
@@ -469,6 +454,7 @@ export function openApiDocument() {
         put: op(
           'Dedicate the node to a tenant ({"tenantId": "…"}: only its requests reach it, and its requests only its dedicated nodes unless the tenant\'s overflowToShared is set) or share it again ({"tenantId": null})',
           { status: "200", schema: ref("Node") },
+          { requestBody: requestBody(nodeDedicationSchema) },
         ),
       },
       "/nodes/{id}/placement": {
@@ -477,23 +463,7 @@ export function openApiDocument() {
           'The models the node should serve ({"models": [{"id": "…", "pinned": true}]}; pinned ones stay loaded; an empty list drops its own entries); it applies them with its next heartbeat',
           { status: "200", schema: { type: "object" } },
           {
-            requestBody: json({
-              type: "object",
-              required: ["models"],
-              properties: {
-                models: {
-                  type: "array",
-                  items: {
-                    type: "object",
-                    required: ["id"],
-                    properties: {
-                      id: { type: "string" },
-                      pinned: { type: "boolean" },
-                    },
-                  },
-                },
-              },
-            }),
+            requestBody: requestBody(nodePlacementSchema),
           },
         ),
       },
@@ -508,18 +478,7 @@ export function openApiDocument() {
           "Add a placement rule: every node matching minMemoryGb, engine, os and arch serves model (pinned or not)",
           { status: "201", schema: { type: "object" } },
           {
-            requestBody: json({
-              type: "object",
-              required: ["model"],
-              properties: {
-                model: { type: "string" },
-                pinned: { type: "boolean" },
-                minMemoryGb: { type: "number" },
-                engine: { enum: ["llama", "openai"] },
-                os: { type: "string" },
-                arch: { type: "string" },
-              },
-            }),
+            requestBody: requestBody(ruleSchema),
           },
         ),
       },
@@ -542,11 +501,7 @@ export function openApiDocument() {
           "Set an alias to a model (resolved at the gateway, listed in /v1/models)",
           { status: "200", schema: { type: "object" } },
           {
-            requestBody: json({
-              type: "object",
-              required: ["model"],
-              properties: { model: { type: "string" } },
-            }),
+            requestBody: requestBody(aliasSchema),
           },
         ),
         delete: op("Remove an alias", {
@@ -565,11 +520,7 @@ export function openApiDocument() {
           status: "200",
           schema: { type: "object" },
         }, {
-          requestBody: json({
-            type: "object",
-            required: ["a", "b"],
-            properties: { a: { type: "string" }, b: { type: "string" } },
-          }),
+          requestBody: requestBody(linkTestSchema),
         }),
       },
       "/links/test-all": {
@@ -614,15 +565,8 @@ export function openApiDocument() {
           },
         },
         Limits: {
-          type: "object",
+          ...jsonSchemaOf(limitsSchema, "output"),
           description: "null = unlimited",
-          properties: {
-            rpm: nullableInt,
-            tpm: nullableInt,
-            concurrency: nullableInt,
-            tokensPerDay: nullableInt,
-            tokensPerMonth: nullableInt,
-          },
         },
         ApiKey: {
           type: "object",

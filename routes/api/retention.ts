@@ -12,15 +12,17 @@ import {
   cancelTenantDeletion,
   getRetentionBounds,
   getTenantRetention,
+  retentionBoundsSchema,
   scheduleTenantDeletion,
   setRetentionBounds,
   setTenantRetention,
+  tenantRetentionSchema,
 } from "../../store/retention.ts";
 import { exportTenant } from "../../store/tenant_export.ts";
 import { findTenant } from "../../store/tenants.ts";
 import type { AdminEnv } from "../_env.ts";
 import { readJson } from "./_json.ts";
-import { documentPaths } from "./openapi.ts";
+import { documentPaths, requestBody } from "./openapi.ts";
 
 type C = Context<AdminEnv>;
 
@@ -103,19 +105,6 @@ const ok = (summary: string, status = "200") => ({
     },
   },
 });
-const perKind = {
-  type: "object",
-  properties: {
-    usage: { type: "integer", minimum: 1 },
-    audit: { type: "integer", minimum: 1 },
-    responses: { type: "integer", minimum: 1 },
-  },
-};
-const body = (schema: unknown) => ({
-  required: true,
-  content: { "application/json": { schema } },
-});
-
 documentPaths({
   "/tenants/{id}/retention": {
     get: {
@@ -129,7 +118,7 @@ documentPaths({
         "Choose the tenant's retention periods within the bounds (tenant admins; null: the default)",
       ),
       parameters: [tenantId],
-      requestBody: body(perKind),
+      requestBody: requestBody(tenantRetentionSchema),
     },
   },
   "/tenants/{id}/export": {
@@ -152,16 +141,7 @@ documentPaths({
     ),
     put: {
       ...ok("Replace the retention bounds (platform admins)"),
-      requestBody: body({
-        type: "object",
-        required: ["defaults", "min", "max", "deletionGraceDays"],
-        properties: {
-          defaults: perKind,
-          min: perKind,
-          max: perKind,
-          deletionGraceDays: { type: "integer", minimum: 0, maximum: 365 },
-        },
-      }),
+      requestBody: requestBody(retentionBoundsSchema),
     },
   },
 });

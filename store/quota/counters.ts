@@ -10,7 +10,12 @@
  */
 import { k } from "../kv_keys.ts";
 import type { Store } from "../store.ts";
-import type { QuotaView, Rule, RuleKind } from "./types.ts";
+import {
+  QuotaUnavailableError,
+  type QuotaView,
+  type Rule,
+  type RuleKind,
+} from "./types.ts";
 import { TIDY_AFTER_MS } from "./tidy.ts";
 import { DAY, isTokenRule, windowEnd } from "./windows.ts";
 
@@ -229,11 +234,13 @@ export class CounterCache {
 }
 
 /**
- * Starts a window's usage at `value` when nothing counted in it yet: a
- * budget set in the middle of its month counts what was spent before it
- * (its admission counter is created, as admission would, only if absent:
- * a gateway that cached it absent fails its check and reads it again).
- * Resolves whether it was set.
+ * Raises a window's usage (admitted − released) to at least `value`: a
+ * limit or budget set in the middle of its window counts what was used
+ * in it before (the usage rollups say how much), not zero. A window that
+ * counts as much already (its requests were counted while the rule held)
+ * is left as it is. The admission counter is rewritten under a check, so
+ * a gateway that cached it fails its own check and reads it again.
+ * Resolves whether it was raised.
  */
 export async function seedCounter(
   store: Store,
@@ -244,12 +251,21 @@ export async function seedCounter(
 ): Promise<boolean> {
   if (!(value > 0)) return false;
   const key = k.quotaCounter(subject, window);
-  const res = await store.kv.atomic()
-    .check({ key, versionstamp: null })
-    .check({ key: k.quotaCounter(subject, rel(window)), versionstamp: null })
-    .set(key, new Deno.KvU64(BigInt(Math.round(value))), {
-      expireIn: windowEnd(window) - now + 86_400_000,
-    })
-    .commit();
-  return res.ok;
+  const relKey = k.quotaCounter(subject, rel(window));
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const [a, r] = await store.kv.getMany([key, relKey]);
+    const admitted = u64(a!.value);
+    const used = admitted - u64(r!.value);
+    if (used >= value) return false;
+    const res = await store.kv.atomic()
+      .check(a!)
+      .set(key, new Deno.KvU64(BigInt(admitted + Math.round(value - used))), {
+        expireIn: windowEnd(window) - now + 86_400_000,
+      })
+      .commit();
+    if (res.ok) return true;
+  }
+  throw new QuotaUnavailableError(
+    `Cannot start the ${window} counter from its usage: it kept changing`,
+  );
 }

@@ -62,10 +62,22 @@ export function judge(
     if (over) {
       const quota = r.kind === "day" || r.kind === "month" ||
         r.kind === "spend";
+      const counted = isTokenRule(r.kind) || r.kind === "spend";
+      const needed = r.kind === "spend"
+        ? worstCost(req.price, Math.max(1, req.minTokens))
+        : Math.max(1, req.minTokens);
       return {
         ok: false,
-        reason: quota ? "quota" : "rate",
+        // a limit of 0 blocks everything: refused as before, not "too large"
+        reason: counted && r.limit > 0 && needed > r.limit
+          ? "too_large"
+          : quota
+          ? "quota"
+          : "rate",
         rule: r,
+        ...(counted
+          ? { remaining: Math.max(0, r.limit - used(cs[i]!)), needed }
+          : {}),
         // A slot frees when a request ends (any moment: 1 s), or when a
         // gateway that stopped beating is reclaimed.
         retryAfterMs: r.kind === "concurrency"

@@ -95,9 +95,22 @@ export type Admission =
   | { ok: true; reservation: Reservation | null; view: QuotaView }
   | {
     ok: false;
-    /** "rate": retry later (rpm, tpm, concurrency); "quota": day/month/spend exhausted. */
-    reason: "rate" | "quota";
+    /**
+     * "rate": retry later (rpm, tpm, concurrency); "quota": day/month/spend
+     * exhausted (what is left, counting requests in flight, is less than
+     * it needs); "too_large": it needs more than the rule's whole limit,
+     * so it can never be admitted.
+     */
+    reason: "rate" | "quota" | "too_large";
     rule: Rule;
+    /**
+     * For token and spend rules: what the window has left (tokens, or
+     * micro-units), counting what requests in flight hold, and what the
+     * request needs at least (its smallest acceptable grant, or that
+     * grant's worst case in money).
+     */
+    remaining?: number;
+    needed?: number;
     retryAfterMs: number;
     view: QuotaView;
   };
