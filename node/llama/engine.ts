@@ -14,6 +14,12 @@ import type {
   PromptOverhead,
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
+import {
+  availableMemory,
+  type MemorySpec,
+  memoryBytes,
+} from "../memory_spec.ts";
+import { defaultContext } from "./kv_budget.ts";
 import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
 import {
   ChatTemplate,
@@ -46,8 +52,15 @@ export interface LlamaEngineOptions {
   slots?: number;
   /** CPU threads per model (default: all cores). */
   threads?: number;
-  /** Context tokens per sequence (default: the model's, at most 4096). */
+  /**
+   * Context tokens per sequence (default: the model's trained context,
+   * bounded by `kvMemory`: see kv_budget.ts).
+   */
   contextSize?: number;
+  /** Memory all slots' KV caches of one model may take (default 50 % of what is available after its weights). */
+  kvMemory?: MemorySpec;
+  /** Host memory for KV-cache prefixes evicted from slots, per model (default 2 GiB of what is available, 0: none). */
+  prefixCacheMemory?: MemorySpec;
   /** Requests waiting for a slot per model before 503 (default 4 × slots). */
   maxQueue?: number;
   /** Unload a model after this long without requests (default 15 min; 0 never). */
@@ -77,9 +90,16 @@ export function createLlamaEngine(opts: LlamaEngineOptions): LlamaEngine {
 /** The llama engine; beyond `Engine`, it reports batching and its processes. */
 export class LlamaEngine implements Engine {
   readonly kind = "llama" as const;
-  #opts: Required<Omit<LlamaEngineOptions, "contextSize">> & {
-    contextSize?: number;
-  };
+  #opts:
+    & Required<
+      Omit<LlamaEngineOptions, "contextSize" | "kvMemory" | "prefixCacheMemory">
+    >
+    & Pick<
+      LlamaEngineOptions,
+      "contextSize" | "kvMemory" | "prefixCacheMemory"
+    >;
+  /** Default context per catalog entry (path:mtime:slots), computed once. */
+  #contexts = new Map<string, number>();
   #catalog = new Map<string, CatalogEntry>();
   #scannedAt = 0;
   #state = new Map<string, Loaded>();
@@ -114,6 +134,8 @@ export class LlamaEngine implements Engine {
       slots,
       threads,
       contextSize: o.contextSize,
+      kvMemory: o.kvMemory,
+      prefixCacheMemory: o.prefixCacheMemory,
       maxQueue: o.maxQueue ?? slots * 4,
       idleUnloadMs: o.idleUnloadMs ?? 15 * 60_000,
       preload: o.preload ?? false,
@@ -499,10 +521,25 @@ export class LlamaEngine implements Engine {
     return st;
   }
 
+  /** Context tokens per slot: the sidecar's, the flag's, else sized to memory (kv_budget.ts). */
   #contextOf(e: CatalogEntry): number {
-    const train = e.facts?.contextLength ?? 4096;
-    return e.sidecar.contextSize ?? this.#opts.contextSize ??
-      Math.min(train, 4096);
+    const fixed = e.sidecar.contextSize ?? this.#opts.contextSize;
+    if (fixed !== undefined) return fixed;
+    const slots = e.sidecar.slots ?? this.#opts.slots;
+    const key = `${e.path}:${e.mtime}:${slots}`;
+    let ctx = this.#contexts.get(key);
+    if (ctx === undefined) {
+      ctx = defaultContext({
+        trainContext: e.facts?.contextLength ?? null,
+        kvBytesPerToken: e.facts?.kvBytesPerToken ?? null,
+        slots,
+        weightsBytes: e.size,
+        availableBytes: availableMemory(),
+        kvMemory: this.#opts.kvMemory,
+      });
+      this.#contexts.set(key, ctx);
+    }
+    return ctx;
   }
 
   /** The model's running process, starting (or restarting) it if needed. */

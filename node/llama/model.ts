@@ -410,7 +410,7 @@ export class LoadedLlama {
       if (!this.#embedCtx) {
         throw new Error("Cannot create an embedding context");
       }
-      this.#embedBatch = new Batch(this.ctxPerSeq);
+      this.#embedBatch = new Batch(embedContext(this.opts));
     }
     const ctx = this.#embedCtx;
     const batch = this.#embedBatch!;
@@ -458,6 +458,15 @@ export class LoadedLlama {
   }
 }
 
+/**
+ * The embedding context: one input decoded whole, so its compute buffers
+ * grow with it; an agent-sized generation context (128k) would make them
+ * gigabytes.
+ */
+function embedContext(o: LoadOptions): number {
+  return Math.min(o.ctxPerSeq, 8192);
+}
+
 function contextParams(
   llama: Llama,
   o: LoadOptions,
@@ -466,13 +475,10 @@ function contextParams(
   const cp = llama.symbols.llama_context_default_params();
   const v = new DataView(cp.buffer);
   const seqs = embeddings ? 1 : o.slots;
-  v.setUint32(CP.n_ctx, o.ctxPerSeq * seqs, true);
-  v.setUint32(CP.n_batch, embeddings ? o.ctxPerSeq : o.batch, true);
-  v.setUint32(
-    CP.n_ubatch,
-    embeddings ? o.ctxPerSeq : Math.min(o.batch, 512),
-    true,
-  );
+  const ctx = embeddings ? embedContext(o) : o.ctxPerSeq * seqs;
+  v.setUint32(CP.n_ctx, ctx, true);
+  v.setUint32(CP.n_batch, embeddings ? ctx : o.batch, true);
+  v.setUint32(CP.n_ubatch, embeddings ? ctx : Math.min(o.batch, 512), true);
   v.setUint32(CP.n_seq_max, seqs, true);
   v.setInt32(CP.n_threads, o.threads, true);
   v.setInt32(CP.n_threads_batch, o.threads, true);
