@@ -10,7 +10,7 @@
  * (`DELETE /orchard/requests/{requestId}`), since a node's server may not
  * notice the close while it has not answered yet (node/in_flight.ts).
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../lib/openai_errors.ts";
 import {
   Http1Client,
   Http1Error,
@@ -434,8 +434,8 @@ async function readCapped(
 
 const PASS_STATUS = new Set([400, 404, 408, 413, 422, 429]);
 
-/** Turns a node's non-200 answer into an OpenAIError, keeping only well-formed fields. */
-async function nodeError(
+/** Turns a node's non-200 answer into an OpenAIError, keeping only well-formed fields (a context_length_exceeded keeps its numbers). */
+export async function nodeError(
   res: Http1Response,
   max: number,
 ): Promise<OpenAIError> {
@@ -456,6 +456,10 @@ async function nodeError(
       if (typeof err.param === "string") param = err.param.slice(0, 100);
     }
   } catch { /* keep the generic message */ }
+  if (res.status === 400 && code === "context_length_exceeded") {
+    const e = ContextLengthError.fromHeaders(res.headers, param);
+    if (e) return e;
+  }
   if (PASS_STATUS.has(res.status)) {
     const headers: Record<string, string> = {};
     const ra = res.headers.get("retry-after");

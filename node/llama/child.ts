@@ -24,6 +24,7 @@
  *
  * Protocol: JSON lines, see protocol.ts.
  */
+import { ContextLengthError } from "../../lib/openai_errors.ts";
 import { openLlama } from "./ffi.ts";
 import { InputError, LoadedLlama } from "./model.ts";
 import type {
@@ -202,6 +203,39 @@ function push(s: Seq, text: string): boolean {
   return false;
 }
 
+/** The prompt's tokens, exactly as a generation decodes them. */
+function promptOf(
+  req: Extract<ChildRequest, { op: "generate" } | { op: "count" }>,
+): Int32Array {
+  const text = req.messages
+    ? model.applyTemplate(req.messages)
+    : req.prompt ?? "";
+  const chat = req.messages !== undefined || req.templated === true;
+  return model.tokenize(text, !chat);
+}
+
+/** Answers a `count` request: what `generate` would bill as prompt tokens. */
+function count(req: Extract<ChildRequest, { op: "count" }>) {
+  try {
+    emit({
+      ev: "count",
+      id: req.id,
+      promptTokens: promptOf(req).length,
+      contextLength: model.ctxPerSeq,
+    });
+  } catch (err) {
+    const input = err instanceof InputError;
+    emit({
+      ev: "error",
+      id: req.id,
+      status: input ? 400 : 500,
+      code: input ? err.code : "engine_error",
+      message: `Cannot count the prompt's tokens: ${(err as Error).message}`,
+      param: input ? err.param : null,
+    });
+  }
+}
+
 function start(req: Extract<ChildRequest, { op: "generate" }>) {
   const fail = (
     status: number,
@@ -211,11 +245,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
   ) => emit({ ev: "error", id: req.id, status, code, message, param });
   let sampler: Deno.PointerObject | null = null;
   try {
-    const text = req.messages
-      ? model.applyTemplate(req.messages)
-      : req.prompt ?? "";
-    const chat = req.messages !== undefined || req.templated === true;
-    const prompt = model.tokenize(text, !chat);
+    const prompt = promptOf(req);
     if (prompt.length === 0) {
       return fail(400, "invalid_value", "The prompt is empty", "prompt");
     }
@@ -223,16 +253,23 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
     if (
       room < 1 || (req.params.maxTokens !== null && req.params.maxTokens > room)
     ) {
-      return fail(
-        400,
-        "context_length_exceeded",
-        `This model's maximum context length is ${model.ctxPerSeq} tokens. However, you requested ${
-          prompt.length + (req.params.maxTokens ?? 1)
-        } tokens (${prompt.length} in the messages, ${
-          req.params.maxTokens ?? 1
-        } in the completion).`,
-        "messages",
+      const e = new ContextLengthError(
+        prompt.length,
+        model.ctxPerSeq,
+        room < 1 ? null : req.params.maxTokens,
       );
+      emit({
+        ev: "error",
+        id: req.id,
+        status: 400,
+        code: e.code,
+        message: e.message,
+        param: "messages",
+        promptTokens: e.promptTokens,
+        contextLength: e.contextLength,
+        completionTokens: e.completionTokens,
+      });
+      return;
     }
     const p: SamplingParams = req.params;
     sampler = model.sampler(p);
@@ -471,6 +508,9 @@ function handle(req: ChildRequest) {
       if (s) s.cancelled = true;
       break;
     }
+    case "count":
+      count(req);
+      break;
     case "embed":
       embedQueue.push({ id: req.id, inputs: req.inputs });
       break;

@@ -4,7 +4,7 @@
  * over `slots` sequences, behind the OpenAI shapes of node/engine.ts.
  */
 import { log } from "../../lib/log.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../../lib/openai_errors.ts";
 import type {
   DesiredModel,
   Engine,
@@ -12,6 +12,7 @@ import type {
   EngineStats,
   OpenAIBody,
   PromptOverhead,
+  TokenCount,
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import {
@@ -219,6 +220,41 @@ export class LlamaEngine implements Engine {
         e.promptTokens,
         req.base64,
       );
+    }
+    if (e.ev === "error") throw errorOf(e);
+    throw new OpenAIError(
+      500,
+      "engine_error",
+      "Unexpected answer from the model process",
+    );
+  }
+
+  async countTokens(body: OpenAIBody, signal: AbortSignal): Promise<TokenCount> {
+    const req = parseChat(body);
+    const st = await this.#entry(req.model);
+    if (st.entry.facts?.embeddingOnly) {
+      throw new OpenAIError(
+        400,
+        "invalid_model",
+        `${st.entry.id} is an embedding model; it has no chat prompt`,
+        { param: "model" },
+      );
+    }
+    const { request } = this.#prepare(st, req, "chat");
+    const proc = await this.#process(st);
+    signal.throwIfAborted();
+    st.lastUsed = Date.now();
+    const q = new EventQueue();
+    proc.request({
+      op: "count",
+      id: crypto.randomUUID(),
+      messages: request.messages,
+      prompt: request.prompt,
+      templated: request.templated,
+    }, (e) => q.push(e));
+    const e = await q.next();
+    if (e.ev === "count") {
+      return { promptTokens: e.promptTokens, contextLength: e.contextLength };
     }
     if (e.ev === "error") throw errorOf(e);
     throw new OpenAIError(
@@ -693,8 +729,22 @@ function errorOf(
     code: string | null;
     message: string;
     param?: string | null;
+    promptTokens?: number;
+    contextLength?: number;
+    completionTokens?: number | null;
   },
 ): OpenAIError {
+  if (
+    e.code === "context_length_exceeded" && e.promptTokens !== undefined &&
+    e.contextLength !== undefined
+  ) {
+    return new ContextLengthError(
+      e.promptTokens,
+      e.contextLength,
+      e.completionTokens ?? null,
+      e.param ?? null,
+    );
+  }
   return new OpenAIError(e.status, e.code, e.message, {
     param: e.param ?? null,
     headers: e.status === 503 ? { "retry-after": "1" } : {},

@@ -224,7 +224,10 @@ export class ModelProcess {
     if (e.ev === "fatal") return fail(new Error(e.message));
     const fn = this.#listeners.get(e.id);
     if (!fn) return;
-    if (e.ev === "done" || e.ev === "error" || e.ev === "embedding") {
+    if (
+      e.ev === "done" || e.ev === "error" || e.ev === "embedding" ||
+      e.ev === "count"
+    ) {
       this.#listeners.delete(e.id);
     }
     fn(e);

@@ -64,6 +64,14 @@ export type ChildRequest =
     renderSpecial?: boolean;
     params: SamplingParams;
   }
+  /** Tokenizes a prompt exactly as `generate` would, without generating. */
+  | {
+    op: "count";
+    id: string;
+    messages?: ChatMessage[];
+    prompt?: string;
+    templated?: boolean;
+  }
   | { op: "cancel"; id: string }
   | { op: "embed"; id: string; inputs: string[] };
 
@@ -108,6 +116,8 @@ export type ChildEvent =
     peakBatch: number;
   }
   | { ev: "embedding"; id: string; vectors: number[][]; promptTokens: number }
+  /** A `count` answer: the prompt's tokens and the context per slot. */
+  | { ev: "count"; id: string; promptTokens: number; contextLength: number }
   | {
     ev: "error";
     id: string;
@@ -115,4 +125,8 @@ export type ChildEvent =
     code: string | null;
     message: string;
     param?: string | null;
+    /** context_length_exceeded: the prompt's tokens, the context, the completion tokens asked for (null: the prompt alone is too long). */
+    promptTokens?: number;
+    contextLength?: number;
+    completionTokens?: number | null;
   };
