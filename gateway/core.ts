@@ -43,6 +43,7 @@ import {
   NodeRouter,
   type RouterOptions,
   type SlotGrant,
+  DEFAULT_QUEUE_TIMEOUT_MS,
 } from "./router.ts";
 import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
 import { promptUpper, type TemplateOverhead } from "./tokens.ts";
@@ -159,7 +160,11 @@ export class GatewayCore {
         },
       })
       : null;
-    this.router = new NodeRouter(deps.fleet, opts.router);
+    this.router = new NodeRouter(deps.fleet, {
+      queueTimeoutMs: deps.config.queueTimeoutMs,
+      queueTimeoutByModel: deps.config.queueTimeoutByModel,
+      ...opts.router,
+    });
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
     this.prices = new PriceCache(deps.store);
@@ -184,7 +189,14 @@ export class GatewayCore {
     this.defaultMaxTokens = opts.defaultMaxTokens ?? 4096;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
-      (opts.router?.queueTimeoutMs ?? 10_000);
+      Math.max(
+        opts.router?.queueTimeoutMs ?? deps.config.queueTimeoutMs ??
+          DEFAULT_QUEUE_TIMEOUT_MS,
+        ...Object.values(
+          opts.router?.queueTimeoutByModel ??
+            deps.config.queueTimeoutByModel ?? {},
+        ),
+      );
   }
 
   get fleet(): Fleet {

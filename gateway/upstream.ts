@@ -25,10 +25,10 @@ import { traceparent, withSpan } from "../lib/trace.ts";
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
   /**
-   * Until the request is written to the node, and for streams until the
-   * node answers with headers (default 10 s; it sends them at once). A
-   * non-stream answer comes whole after the generation: only the total
-   * timeout bounds it.
+   * Until the request is written to the node (default 10 s). A stream's
+   * headers then come within `firstByteTimeoutMs` (the node sends them
+   * once its model took the request); a non-stream answer comes whole
+   * after the generation: only the total timeout bounds it.
    */
   connectTimeoutMs: number;
   /** Until the first event or body byte (default 120 s: long prefill). */
@@ -244,13 +244,24 @@ export class Upstream {
     };
     try {
       let sent = false;
+      // Connect and write within the connect timeout; then a stream's
+      // headers within the first-byte one: the node answers them once its
+      // model took the request, which waits for the decode step in
+      // progress (a long prompt's prefill chunk takes seconds on a CPU).
       const res = await withTimeout(
-        this.#send(slot.node.id, path, body, requestId, abort.signal, () => {
-          sent = true;
-        }),
-        o.connectTimeoutMs,
-        () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
-        () => stream || !sent,
+        withTimeout(
+          this.#send(slot.node.id, path, body, requestId, abort.signal, () => {
+            sent = true;
+          }),
+          o.connectTimeoutMs,
+          () =>
+            abort.abort(new DOMException("Connect timeout", "TimeoutError")),
+          () => !sent,
+        ),
+        o.firstByteTimeoutMs,
+        () =>
+          abort.abort(new DOMException("First-byte timeout", "TimeoutError")),
+        () => stream,
       ).catch((e) => {
         if (signal.aborted) throw e;
         if (abort.signal.reason === STOPPING) throw stoppingError();
