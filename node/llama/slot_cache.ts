@@ -3,14 +3,24 @@
  * with what a slot already holds skip that part of prefill.
  *
  * Every slot keeps the tokens its last sequence left in the cache (prompt
- * and generated text). A new prompt goes to the free slot with the longest
- * common prefix; without one (or on a tie) to the least recently used slot,
- * whose cache is then overwritten: eviction by recency. When another slot,
- * busy or free, holds a longer prefix (concurrent requests with one system
- * prompt, an agent's parallel calls), the least recently used free slot
- * takes it over: with one unified KV cache the cells are shared between
- * sequences, not copied. At least the prompt's last token is always decoded
- * again, because sampling needs its logits.
+ * and generated text). A new prompt may reuse a free slot's own cache in
+ * place (what follows the common prefix is dropped), or take over a free
+ * slot and share the longest prefix any slot holds, busy or free (with
+ * one unified KV cache the cells are shared between sequences, not
+ * copied). Each choice is scored by what it saves against what it
+ * destroys:
+ *
+ *     score = prompt tokens reused − cached tokens lost
+ *
+ * where the tokens lost are what the slot held beyond the reused prefix
+ * (all it held, when it takes a prefix from another slot), less a tail
+ * of LOST_FREE tokens not worth keeping (the end of an answer that the
+ * next turn re-renders differently). The best score wins; on a tie, the
+ * slot's own cache in place, then the least recently used slot. So a
+ * request with a different first line never lands on the slot holding
+ * another conversation's long prefix while an empty or cheaper slot is
+ * free. At least the prompt's last token is always decoded again,
+ * because sampling needs its logits.
  */
 
 /** A slot given to a sequence, and how much of its prompt is already cached. */
@@ -49,6 +59,9 @@ export function commonPrefix(
 
 const EMPTY = new Int32Array(0);
 
+/** Cached tokens a choice may drop at no cost (see the module comment). */
+export const LOST_FREE = 32;
+
 /** The slots of one context and what each has cached. */
 export class SlotCache {
   readonly #slots: SlotState[];
@@ -78,36 +91,52 @@ export class SlotCache {
    */
   acquire(prompt: Int32Array, live: LiveSlot[] = []): SlotGrant | null {
     const cap = Math.max(0, prompt.length - 1);
-    let own = -1;
-    let ownReuse = -1;
-    let lru = -1;
+    const free: { i: number; own: number }[] = [];
     let donor: number | null = null;
     let donorReuse = 0;
     for (let i = 0; i < this.#slots.length; i++) {
       const s = this.#slots[i]!;
       if (s.busy) continue;
-      const reuse = Math.min(commonPrefix(s.tokens, prompt), cap);
-      const older = (j: number) => s.usedAt < this.#slots[j]!.usedAt;
-      if (reuse > ownReuse || (reuse === ownReuse && older(own))) {
-        own = i;
-        ownReuse = reuse;
-      }
-      if (lru < 0 || older(lru)) lru = i;
-      if (reuse > donorReuse) [donor, donorReuse] = [i, reuse];
+      const own = Math.min(commonPrefix(s.tokens, prompt), cap);
+      free.push({ i, own });
+      if (own > donorReuse) [donor, donorReuse] = [i, own];
     }
-    if (own < 0) return null;
+    if (free.length === 0) return null;
     for (const l of live) {
       const reuse = Math.min(commonPrefix(l.tokens, prompt), cap);
       if (reuse > donorReuse) [donor, donorReuse] = [l.slot, reuse];
     }
-    const shared = donor !== null && donor !== own && donorReuse > ownReuse;
-    const slot = shared ? (lru === donor ? own : lru) : own;
-    const s = this.#slots[slot]!;
+    let best: SlotGrant | null = null;
+    let bestScore = -Infinity;
+    const consider = (g: SlotGrant, lost: number) => {
+      const score = g.reuse - Math.max(0, lost - LOST_FREE);
+      const b = best;
+      const better = b === null || score > bestScore ||
+        (score === bestScore && (
+          (g.from === null && b.from !== null) ||
+          ((g.from === null) === (b.from === null) &&
+            this.#slots[g.slot]!.usedAt < this.#slots[b.slot]!.usedAt)
+        ));
+      if (better) [best, bestScore] = [g, score];
+    };
+    for (const { i, own } of free) {
+      const held = this.#slots[i]!.tokens.length;
+      consider({ slot: i, reuse: own, from: null }, held - own);
+      if (donor !== null && donor !== i && donorReuse > own) {
+        consider({ slot: i, reuse: donorReuse, from: donor }, held);
+      }
+    }
+    const grant = best!;
+    const s = this.#slots[grant.slot]!;
     s.busy = true;
     s.tokens = EMPTY;
-    return shared
-      ? { slot, reuse: donorReuse, from: donor }
-      : { slot, reuse: ownReuse, from: null };
+    return grant;
+  }
+
+  /** What each slot holds now (busy: null), for tests and the host cache. */
+  cached(slot: number): Int32Array | null {
+    const s = this.#slots[slot];
+    return s && !s.busy ? s.tokens : null;
   }
 
   /** Gives a slot back with the tokens its cache now holds (from position 0). */
