@@ -40,10 +40,10 @@ import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import {
   type CapacityError,
+  DEFAULT_QUEUE_TIMEOUT_MS,
   NodeRouter,
   type RouterOptions,
   type SlotGrant,
-  DEFAULT_QUEUE_TIMEOUT_MS,
 } from "./router.ts";
 import { DEFAULT_PROXY, type ProxyOptions, Upstream } from "./upstream.ts";
 import { promptUpper, type TemplateOverhead } from "./tokens.ts";

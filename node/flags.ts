@@ -48,7 +48,7 @@ export const FLAGS = {
   ],
   "prefix-cache": [
     "ORCHARD_PREFIX_CACHE_MEMORY",
-    "llama: host memory keeping prefixes evicted from slots, per model (default 2GiB; 0: none)",
+    "llama: host memory keeping KV prefixes evicted from slots, per model, e.g. 4GiB or 10% (default 2GiB or 25% of available, the smaller; 0: none)",
   ],
   preload: ["ORCHARD_MODELS_PRELOAD", "llama: load every model at start"],
   "state-dir": [

@@ -144,7 +144,11 @@ Deno.test("localNodeOptions() honours every node environment variable deno task 
   assert.equal(d.name, "local");
   assert.equal(d.contextSize, null);
   assert.throws(
-    () => localNodeOptions(fixed, (n) => n === "ORCHARD_KV_MEMORY" ? "lots" : undefined),
+    () =>
+      localNodeOptions(
+        fixed,
+        (n) => n === "ORCHARD_KV_MEMORY" ? "lots" : undefined,
+      ),
     /--kv-memory must be/,
   );
 });

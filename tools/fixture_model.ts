@@ -232,7 +232,9 @@ if (import.meta.main) {
   if (typeof out !== "string" || !(size in FIXTURE_SIZES)) {
     // deno-lint-ignore no-console
     console.error(
-      `usage: deno task fixture:model OUT.gguf [--size ${Object.keys(FIXTURE_SIZES).join("|")}] [--seed N]`,
+      `usage: deno task fixture:model OUT.gguf [--size ${
+        Object.keys(FIXTURE_SIZES).join("|")
+      }] [--seed N]`,
     );
     Deno.exit(2);
   }

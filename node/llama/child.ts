@@ -14,8 +14,10 @@
  * arriving does not stall the streams already running.
  *
  * Prompt reuse: slots keep what their last sequence left in the KV cache
- * (slot_cache.ts); a new prompt goes to the slot holding its longest prefix
- * and decodes only the rest.
+ * (slot_cache.ts); a new prompt goes to the slot where it reuses most and
+ * loses least, and decodes only the rest. A long prefix about to be
+ * overwritten is saved in host memory first, and restored into a slot
+ * when a later prompt continues it (prefix_store.ts).
  *
  * llama.cpp aborts the process on some misuse; the scheduler never decodes
  * twice at once, never exceeds `n_batch`, and only samples outputs of the
@@ -34,6 +36,7 @@ import type {
   SamplingParams,
   TokenLogprob,
 } from "./protocol.ts";
+import { PrefixStore, SAVE_MIN } from "./prefix_store.ts";
 import { SlotCache } from "./slot_cache.ts";
 import { advance, START, type Utf8State } from "./utf8_guard.ts";
 
@@ -140,6 +143,10 @@ function yieldToEventLoop(): Promise<void> {
 
 let model: LoadedLlama;
 let slots: SlotCache;
+let slotCount = 0;
+/** Prefixes evicted from slots, kept in host memory (prefix_store.ts). */
+let prefixes = new PrefixStore(0);
+const EMPTY = new Int32Array(0);
 const seqs = new Map<string, Seq>();
 const embedQueue: { id: string; inputs: string[] }[] = [];
 let wake: (() => void) | null = null;
@@ -277,12 +284,34 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       slot: q.slot,
       tokens: q.history.slice(0, q.pos),
     }));
-    const grant = slots.acquire(prompt, live);
+    const cap = Math.max(0, prompt.length - 1);
+    const saved = prefixes.best(prompt, cap);
+    const before = Array.from(
+      { length: slotCount },
+      (_, i) => slots.cached(i),
+    );
+    const grant = slots.acquire(prompt, live, saved?.reuse ?? 0);
     if (!grant) {
       model.llama.symbols.llama_sampler_free(sampler);
       return fail(503, "server_busy", "All slots are busy");
     }
-    if (grant.from !== null) {
+    // what the slot held beyond what stays is lost: keep it in host memory
+    const held = before[grant.slot] ?? EMPTY;
+    const kept = grant.from === null && !grant.restore ? grant.reuse : 0;
+    if (held.length - kept >= SAVE_MIN && prefixes.wants(held)) {
+      const state = model.saveSeq(grant.slot);
+      if (state) prefixes.put(held, state);
+    }
+    if (grant.restore) {
+      // set_data clears the slot, then loads the saved cells into it
+      if (
+        !saved || !model.restoreSeq(grant.slot, saved.entry.state) ||
+        !model.truncateSeq(grant.slot, grant.reuse)
+      ) {
+        model.clearSeq(grant.slot);
+        grant.reuse = 0;
+      }
+    } else if (grant.from !== null) {
       // share another slot's prefix cells, dropping what this slot held
       model.clearSeq(grant.slot);
       model.shareSeq(grant.from, grant.slot, grant.reuse);
@@ -552,6 +581,10 @@ async function main() {
   const llama = openLlama();
   model = await LoadedLlama.load(llama, load);
   slots = new SlotCache(load.slots);
+  slotCount = load.slots;
+  prefixes = new PrefixStore(
+    Math.max(0, Math.floor(load.prefixCacheBytes ?? 0)),
+  );
   emit({
     ev: "ready",
     model: {

@@ -17,8 +17,8 @@ import type {
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import {
   availableMemory,
-  type MemorySpec,
   memoryBytes,
+  type MemorySpec,
 } from "../memory_spec.ts";
 import { defaultContext } from "./kv_budget.ts";
 import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
@@ -229,7 +229,10 @@ export class LlamaEngine implements Engine {
     );
   }
 
-  async countTokens(body: OpenAIBody, signal: AbortSignal): Promise<TokenCount> {
+  async countTokens(
+    body: OpenAIBody,
+    signal: AbortSignal,
+  ): Promise<TokenCount> {
     const req = parseChat(body);
     const st = await this.#entry(req.model);
     if (st.entry.facts?.embeddingOnly) {
@@ -578,6 +581,15 @@ export class LlamaEngine implements Engine {
     return ctx;
   }
 
+  /** Host memory for one model's evicted prefixes: the flag's, else 2 GiB or a quarter of what is available, whichever is less. */
+  #prefixCacheBytes(): number {
+    const spec = this.#opts.prefixCacheMemory;
+    const available = availableMemory();
+    return spec
+      ? memoryBytes(spec, available)
+      : Math.min(2 * 1024 ** 3, Math.floor(available / 4));
+  }
+
   /** The model's running process, starting (or restarting) it if needed. */
   async #process(st: Loaded): Promise<ModelProcess> {
     if (st.proc?.alive) return st.proc;
@@ -591,6 +603,7 @@ export class LlamaEngine implements Engine {
         slots: st.limiter.slots,
         threads: this.#opts.threads,
         batch: 512,
+        prefixCacheBytes: this.#prefixCacheBytes(),
       }, (why) => {
         if (st.proc === proc) st.proc = null;
         if (!this.#closed && !proc.expectedExit) {

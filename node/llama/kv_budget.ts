@@ -10,7 +10,7 @@
  *
  * A model whose header lacks the attention facts gets min(n_ctx_train, 4096).
  */
-import { type MemorySpec, memoryBytes } from "../memory_spec.ts";
+import { memoryBytes, type MemorySpec } from "../memory_spec.ts";
 
 /** The default budget: half the memory available after the weights. */
 export const DEFAULT_KV_MEMORY: MemorySpec = { share: 0.5 };

@@ -397,6 +397,31 @@ export class LoadedLlama {
     return this.llama.symbols.llama_memory_seq_rm(this.memory, seq, from, -1);
   }
 
+  /** A copy of a sequence's KV cells in host memory, or null when it cannot be made. */
+  saveSeq(seq: number): Uint8Array | null {
+    const s = this.llama.symbols;
+    const size = Number(s.llama_state_seq_get_size(this.ctx, seq));
+    if (!(size > 0)) return null;
+    const buf = new Uint8Array(size);
+    const n = Number(
+      s.llama_state_seq_get_data(this.ctx, buf, BigInt(size), seq),
+    );
+    return n > 0 ? buf.subarray(0, n) : null;
+  }
+
+  /** Replaces a sequence's cells with a saved copy; false (and the sequence empty) when it did not fit. */
+  restoreSeq(seq: number, state: Uint8Array): boolean {
+    const n = this.llama.symbols.llama_state_seq_set_data(
+      this.ctx,
+      state as Uint8Array<ArrayBuffer>,
+      BigInt(state.length),
+      seq,
+    );
+    if (Number(n) > 0) return true;
+    this.clearSeq(seq);
+    return false;
+  }
+
   /** Mean-pooled, L2-normalised embeddings of each input. */
   embed(
     inputs: string[],

@@ -22,6 +22,8 @@ export interface ProcessOptions {
   slots: number;
   threads: number;
   batch: number;
+  /** Host memory for prefixes evicted from slots, bytes (prefix_store.ts; 0: none). */
+  prefixCacheBytes?: number;
   loadTimeoutMs?: number;
 }
 

@@ -51,6 +51,8 @@ export type ChildRequest =
     slots: number;
     threads: number;
     batch: number;
+    /** Host memory for prefixes evicted from slots, bytes (0 or absent: none). */
+    prefixCacheBytes?: number;
   }
   | {
     op: "generate";

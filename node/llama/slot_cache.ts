@@ -30,6 +30,8 @@ export interface SlotGrant {
   reuse: number;
   /** The slot whose first `reuse` positions the sequence shares, or null for its own. */
   from: number | null;
+  /** Present when the prefix comes from host memory (prefix_store.ts): restore it into the slot first. */
+  restore?: true;
 }
 
 /** What a busy slot's sequence has decoded so far (positions 0 … n-1). */
@@ -86,10 +88,14 @@ export class SlotCache {
 
   /**
    * Takes the free slot that reuses most of `prompt` (its own cache, or a
-   * prefix shared from a busy slot in `live` or another free slot), or null
-   * when all are busy.
+   * prefix shared from a busy slot in `live` or another free slot, or
+   * `restorable` tokens saved in host memory), or null when all are busy.
    */
-  acquire(prompt: Int32Array, live: LiveSlot[] = []): SlotGrant | null {
+  acquire(
+    prompt: Int32Array,
+    live: LiveSlot[] = [],
+    restorable = 0,
+  ): SlotGrant | null {
     const cap = Math.max(0, prompt.length - 1);
     const free: { i: number; own: number }[] = [];
     let donor: number | null = null;
@@ -111,10 +117,11 @@ export class SlotCache {
     const consider = (g: SlotGrant, lost: number) => {
       const score = g.reuse - Math.max(0, lost - LOST_FREE);
       const b = best;
+      const inPlace = (x: SlotGrant) => x.from === null && !x.restore;
       const better = b === null || score > bestScore ||
         (score === bestScore && (
-          (g.from === null && b.from !== null) ||
-          ((g.from === null) === (b.from === null) &&
+          (inPlace(g) && !inPlace(b)) ||
+          (inPlace(g) === inPlace(b) &&
             this.#slots[g.slot]!.usedAt < this.#slots[b.slot]!.usedAt)
         ));
       if (better) [best, bestScore] = [g, score];
@@ -124,6 +131,12 @@ export class SlotCache {
       consider({ slot: i, reuse: own, from: null }, held - own);
       if (donor !== null && donor !== i && donorReuse > own) {
         consider({ slot: i, reuse: donorReuse, from: donor }, held);
+      }
+      if (restorable > Math.max(own, donorReuse)) {
+        consider(
+          { slot: i, reuse: restorable, from: null, restore: true },
+          held,
+        );
       }
     }
     const grant = best!;
