@@ -290,7 +290,10 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       { length: slotCount },
       (_, i) => slots.cached(i),
     );
-    const grant = slots.acquire(prompt, live, saved?.reuse ?? 0);
+    const grant = slots.acquire(prompt, live, {
+      restorable: saved?.reuse ?? 0,
+      savable: (held, lost) => lost >= SAVE_MIN && prefixes.wants(held),
+    });
     if (!grant) {
       model.llama.symbols.llama_sampler_free(sampler);
       return fail(503, "server_busy", "All slots are busy");

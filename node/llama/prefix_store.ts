@@ -56,7 +56,9 @@ export class PrefixStore {
    * of them, within the budget, and not already held by an entry.
    */
   wants(tokens: Int32Array, stateBytes = 0): boolean {
-    if (tokens.length < SAVE_MIN || stateBytes > this.budget) return false;
+    if (
+      this.budget === 0 || tokens.length < SAVE_MIN || stateBytes > this.budget
+    ) return false;
     return !this.#entries.some((e) =>
       e.tokens.length >= tokens.length &&
       commonPrefix(e.tokens, tokens) === tokens.length

@@ -15,7 +15,10 @@
  * where the tokens lost are what the slot held beyond the reused prefix
  * (all it held, when it takes a prefix from another slot), less a tail
  * of LOST_FREE tokens not worth keeping (the end of an answer that the
- * next turn re-renders differently). The best score wins; on a tie, the
+ * next turn re-renders differently). With a host-memory prefix cache
+ * (prefix_store.ts), a cache saved before it is overwritten is not lost
+ * but copied, and a saved prefix can be restored into a slot: each copied
+ * token counts COPY_COST of a prefilled one. The best score wins; on a tie, the
  * slot's own cache in place, then the least recently used slot. So a
  * request with a different first line never lands on the slot holding
  * another conversation's long prefix while an empty or cheaper slot is
@@ -63,6 +66,22 @@ const EMPTY = new Int32Array(0);
 
 /** Cached tokens a choice may drop at no cost (see the module comment). */
 export const LOST_FREE = 32;
+/**
+ * What a token copied to or from host memory costs, in prefilled tokens:
+ * an estimate, not a measurement (a 7B model's 57 KB of KV per token copies
+ * in ~10 µs; prefilling a token takes ~1 ms on a laptop GPU, more on a CPU).
+ */
+export const COPY_COST = 1 / 64;
+
+/** The host-memory prefix cache as slot choice sees it (prefix_store.ts). */
+export interface HostPrefixes {
+  /** Prompt tokens a saved prefix would give back (0: none). */
+  restorable: number;
+  /** Whether a slot's cache, about to lose `lost` tokens, would be saved first. */
+  savable(held: Int32Array, lost: number): boolean;
+}
+
+const NO_HOST: HostPrefixes = { restorable: 0, savable: () => false };
 
 /** The slots of one context and what each has cached. */
 export class SlotCache {
@@ -89,12 +108,12 @@ export class SlotCache {
   /**
    * Takes the free slot that reuses most of `prompt` (its own cache, or a
    * prefix shared from a busy slot in `live` or another free slot, or
-   * `restorable` tokens saved in host memory), or null when all are busy.
+   * a prefix saved in host memory), or null when all are busy.
    */
   acquire(
     prompt: Int32Array,
     live: LiveSlot[] = [],
-    restorable = 0,
+    host: HostPrefixes = NO_HOST,
   ): SlotGrant | null {
     const cap = Math.max(0, prompt.length - 1);
     const free: { i: number; own: number }[] = [];
@@ -114,8 +133,15 @@ export class SlotCache {
     }
     let best: SlotGrant | null = null;
     let bestScore = -Infinity;
-    const consider = (g: SlotGrant, lost: number) => {
-      const score = g.reuse - Math.max(0, lost - LOST_FREE);
+    const consider = (g: SlotGrant, held: Int32Array, lost: number) => {
+      // a cache saved before it is overwritten is not lost: it costs a copy
+      let cost = lost <= LOST_FREE
+        ? 0
+        : host.savable(held, lost)
+        ? COPY_COST * held.length
+        : lost - LOST_FREE;
+      if (g.restore) cost += COPY_COST * g.reuse;
+      const score = g.reuse - cost;
       const b = best;
       const inPlace = (x: SlotGrant) => x.from === null && !x.restore;
       const better = b === null || score > bestScore ||
@@ -127,15 +153,20 @@ export class SlotCache {
       if (better) [best, bestScore] = [g, score];
     };
     for (const { i, own } of free) {
-      const held = this.#slots[i]!.tokens.length;
-      consider({ slot: i, reuse: own, from: null }, held - own);
+      const held = this.#slots[i]!.tokens;
+      consider({ slot: i, reuse: own, from: null }, held, held.length - own);
       if (donor !== null && donor !== i && donorReuse > own) {
-        consider({ slot: i, reuse: donorReuse, from: donor }, held);
-      }
-      if (restorable > Math.max(own, donorReuse)) {
         consider(
-          { slot: i, reuse: restorable, from: null, restore: true },
+          { slot: i, reuse: donorReuse, from: donor },
           held,
+          held.length,
+        );
+      }
+      if (host.restorable > Math.max(own, donorReuse)) {
+        consider(
+          { slot: i, reuse: host.restorable, from: null, restore: true },
+          held,
+          held.length,
         );
       }
     }

@@ -103,3 +103,27 @@ Deno.test("SlotCache.acquire() keeps a conversation in its own slot rather than 
   const turn2 = Int32Array.from([...turn1, 42, 50, ...range(600, 100)]);
   assert.deepEqual(c.acquire(turn2), { slot: g.slot, reuse: 501, from: null });
 });
+
+Deno.test("SlotCache.acquire() restores a saved prefix when it gives back more than the copies cost", () => {
+  const c = new SlotCache(1);
+  const shared = range(1, 5000); // system prompt and tools every session has
+  const b = Int32Array.from([...shared, ...range(20_000, 600)]);
+  const g = c.acquire(b)!;
+  c.release(g.slot, b);
+  // session A comes back: 3,000 tokens of its own after the shared part are saved in host memory
+  const a = Int32Array.from([...shared, ...range(30_000, 3000), 5]);
+  const host = { restorable: 8000, savable: () => true };
+  assert.deepEqual(c.acquire(a, [], host), {
+    slot: 0,
+    reuse: 8000,
+    from: null,
+    restore: true,
+  });
+  c.release(0, b);
+  // a saved prefix only a little longer than what the slot holds: not worth two copies
+  assert.deepEqual(c.acquire(a, [], { ...host, restorable: 5050 }), {
+    slot: 0,
+    reuse: 5000,
+    from: null,
+  });
+});
