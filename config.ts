@@ -25,6 +25,10 @@ export interface Config {
   /** On SIGTERM, how long requests in flight may take before they are ended (their node work cancelled). */
   drainTimeoutMs: number;
   /** How long a stored response (`/v1/responses` with `store`) is kept, in days. */
+  /** How long a request may wait for a node slot before 503, ms (default 120 s). */
+  queueTimeoutMs: number;
+  /** The same per model id (`ORCHARD_QUEUE_TIMEOUT_MODELS=big=300000,small=30000`). */
+  queueTimeoutByModel: Record<string, number>;
 }
 
 function int(env: string, fallback: number, min: number, max: number): number {
@@ -47,6 +51,27 @@ function bool(env: string, fallback: boolean): boolean {
   throw new Error(
     `Cannot start: ${env} must be true or false: current value is ${raw}`,
   );
+}
+
+/** Parses `model=ms,model2=ms` (model ids hold neither `=` nor `,`). */
+export function parseModelTimeouts(
+  env: string,
+  raw: string | undefined,
+): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of (raw ?? "").split(",").map((s) => s.trim())) {
+    if (!part) continue;
+    const at = part.lastIndexOf("=");
+    const model = part.slice(0, at).trim();
+    const ms = Number(part.slice(at + 1));
+    if (at <= 0 || !Number.isInteger(ms) || ms < 0 || ms > 3_600_000) {
+      throw new Error(
+        `Cannot start: ${env} must be model=ms pairs (ms 0..3600000) separated by commas: current value is ${raw}`,
+      );
+    }
+    out[model] = ms;
+  }
+  return out;
 }
 
 /** Reads the configuration from environment variables. */
@@ -72,6 +97,11 @@ export function loadConfig(): Config {
     allowPrivateNodeUrls: bool("ORCHARD_ALLOW_PRIVATE_NODE_URLS", false),
     allowPrivateWebhookUrls: bool("ORCHARD_ALLOW_PRIVATE_WEBHOOK_URLS", false),
     drainTimeoutMs: int("ORCHARD_DRAIN_TIMEOUT_MS", 20_000, 0, 600_000),
+    queueTimeoutMs: int("ORCHARD_QUEUE_TIMEOUT_MS", 120_000, 0, 3_600_000),
+    queueTimeoutByModel: parseModelTimeouts(
+      "ORCHARD_QUEUE_TIMEOUT_MODELS",
+      Deno.env.get("ORCHARD_QUEUE_TIMEOUT_MODELS"),
+    ),
   };
 }
 
@@ -93,6 +123,8 @@ export function testConfig(over: Partial<Config> = {}): Config {
     allowPrivateNodeUrls: true,
     allowPrivateWebhookUrls: true,
     drainTimeoutMs: 20_000,
+    queueTimeoutMs: 120_000,
+    queueTimeoutByModel: {},
     ...over,
   };
 }

@@ -10,6 +10,7 @@ import { log } from "./lib/log.ts";
 import { createOrchard } from "./orchard.ts";
 import { loadIdentity } from "./node/identity.ts";
 import { startNodeWorker } from "./node/worker.ts";
+import { localNodeOptions } from "./node/flags.ts";
 import { newId } from "./store/ids.ts";
 import { localInstanceId } from "./store/instances.ts";
 import { createJoinToken } from "./store/join_tokens.ts";
@@ -50,20 +51,9 @@ async function startLocalNode(
     : (await createJoinToken(store, { ...SYSTEM, label: "local node" }, {
       ttlSeconds: 300,
     })).token;
-  const engine = (Deno.env.get("ORCHARD_NODE_ENGINE") ?? "llama") as
-    | "llama"
-    | "openai";
-  const node = await startNodeWorker({
-    gatewayUrl,
-    joinToken,
-    engine,
-    modelsDir,
-    upstreamUrl: Deno.env.get("ORCHARD_UPSTREAM_URL") || null,
-    host: "127.0.0.1",
-    port: Number(Deno.env.get("ORCHARD_NODE_PORT") || 0),
-    name: Deno.env.get("ORCHARD_NODE_NAME") || "local",
-    stateDir,
-  });
+  const opts = localNodeOptions({ gatewayUrl, joinToken, modelsDir, stateDir });
+  const engine = opts.engine;
+  const node = await startNodeWorker(opts);
   log.info("local node serving", {
     nodeId: node.nodeId,
     url: node.url,

@@ -244,6 +244,13 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
           if (got) {
             got.nodeIds.push(v.id);
             got.embeddings = !!got.embeddings && !!m.embeddings;
+            // any of its nodes may get a request: the smallest context holds
+            if (m.contextLength) {
+              got.contextLength = Math.min(
+                got.contextLength ?? Infinity,
+                m.contextLength,
+              );
+            }
             if (m.promptOverhead) {
               got.promptOverhead = maxOverhead(
                 got.promptOverhead,

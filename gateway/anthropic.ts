@@ -18,6 +18,7 @@ import { fail, readBody } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
 import { toOpenAI } from "./anthropic_request.ts";
 import { affinityOf } from "./affinity.ts";
+import { countPromptTokens, tokenCountHeaders } from "./count_tokens.ts";
 import { routeTenant } from "./router.ts";
 
 const ERROR_TYPE: Record<number, string> = {
@@ -302,7 +303,11 @@ export async function messages(
   }
 }
 
-/** `POST /v1/messages/count_tokens`: an estimate of the prompt's tokens. */
+/**
+ * `POST /v1/messages/count_tokens`: the prompt's tokens as `/v1/messages`
+ * would bill them, counted by a node serving the model
+ * (gateway/count_tokens.ts); the estimate only when none can count.
+ */
 export async function countTokens(
   core: GatewayCore,
   req: Request,
@@ -314,12 +319,21 @@ export async function countTokens(
     const body = await readBody(core, req);
     body.max_tokens ??= 1;
     const p = toOpenAI(body);
-    core.resolveModel(ctx, p.model, "chat");
-    return new Response(JSON.stringify({ input_tokens: p.prompt.estimate }), {
+    const m = core.resolveModel(ctx, p.model, "chat");
+    const n = await countPromptTokens(core, {
+      model: m.id,
+      body: p.body,
+      estimate: p.prompt.estimate,
+      tenantId: ctx.tenant.id,
+      signal: req.signal,
+      requestId,
+    });
+    return new Response(JSON.stringify({ input_tokens: n.tokens }), {
       headers: {
         "content-type": "application/json",
         "x-request-id": requestId,
         "request-id": requestId,
+        ...tokenCountHeaders(n),
       },
     });
   } catch (e) {

@@ -41,6 +41,7 @@ import { UsageWriter } from "./metering.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import {
   type CapacityError,
+  DEFAULT_QUEUE_TIMEOUT_MS,
   NodeRouter,
   type RouterOptions,
   type SlotGrant,
@@ -173,7 +174,11 @@ export class GatewayCore {
         },
       })
       : null;
-    this.router = new NodeRouter(deps.fleet, opts.router);
+    this.router = new NodeRouter(deps.fleet, {
+      queueTimeoutMs: deps.config.queueTimeoutMs,
+      queueTimeoutByModel: deps.config.queueTimeoutByModel,
+      ...opts.router,
+    });
     this.upstream = new Upstream(deps.fleet, this.router, this.proxy);
     this.usage = new UsageWriter(deps.store, this.log);
     this.prices = new PriceCache(deps.store);
@@ -200,7 +205,14 @@ export class GatewayCore {
     this.heldWaitMs = opts.heldWaitMs ?? 2000;
     this.reservationTtlMs = this.proxy.totalTimeoutMs +
       (opts.reservationGraceMs ?? 60_000) +
-      (opts.router?.queueTimeoutMs ?? 10_000);
+      Math.max(
+        opts.router?.queueTimeoutMs ?? deps.config.queueTimeoutMs ??
+          DEFAULT_QUEUE_TIMEOUT_MS,
+        ...Object.values(
+          opts.router?.queueTimeoutByModel ??
+            deps.config.queueTimeoutByModel ?? {},
+        ),
+      );
   }
 
   /**

@@ -325,11 +325,14 @@ export async function models(
       modelAllowed(ctx, m.id, m.id) ||
       m.aliases.some((a) => modelAllowed(ctx, m.id, a))
     );
-    const view = (m: { id: string }) => ({
+    // context_length: tokens per request on the nodes serving it (the
+    // smallest, when they differ), as OpenRouter and vLLM list it
+    const view = (m: { id: string; contextLength?: number }) => ({
       id: m.id,
       object: "model",
       created: STARTED,
       owned_by: "orchard",
+      ...(m.contextLength ? { context_length: m.contextLength } : {}),
     });
     // The operator's aliases are listed as models of their own (a client
     // picks a name from this list); a node's own aliases resolve but are not listed.
@@ -338,7 +341,10 @@ export async function models(
       .filter(([alias, target]) =>
         served.has(target) && !served.has(alias) &&
         modelAllowed(ctx, target, alias)
-      ).map(([alias]) => ({ id: alias }));
+      ).map(([alias, target]) => ({
+        id: alias,
+        contextLength: list.find((m) => m.id === target)?.contextLength,
+      }));
     if (id === null) {
       return json(ex, {
         object: "list",
@@ -346,7 +352,8 @@ export async function models(
           .map(view),
       });
     }
-    if (aliased.some((a) => a.id === id)) return json(ex, view({ id }));
+    const alias = aliased.find((a) => a.id === id);
+    if (alias) return json(ex, view(alias));
     const resolved = core.fleet.resolveModel(id);
     const m = list.find((x) => x.id === resolved);
     if (!m) {

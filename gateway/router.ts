@@ -8,7 +8,11 @@
  * of slots in use is within AFFINITY_SLACK of the least loaded one's: a
  * conversation keeps its cached prefix, and no node is piled on for it.
  * When every slot is busy, requests wait in a bounded FIFO queue with a
- * deadline, then fail with 503 and `retry-after`.
+ * deadline per model (default 120 s: an agent's prefill of tens of
+ * thousands of tokens holds a slot for a while), then fail with 503 and a
+ * `retry-after` that estimates the real wait: how long slots of the model
+ * are held (a moving average), less what the oldest holder already used,
+ * plus a hold for each slot's worth of requests still queued ahead.
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
@@ -26,6 +30,10 @@ const AFFINITY_SLACK = 0.5;
  * node comes back or joins, which only the fleet's next refresh shows.
  */
 const RECHECK_MS = 250;
+/** The queue's default deadline, ms. */
+export const DEFAULT_QUEUE_TIMEOUT_MS = 120_000;
+/** A slot's hold time assumed before any was measured, ms. */
+const UNKNOWN_HOLD_MS = 10_000;
 
 /** A held slot on a node; release exactly once. */
 export interface SlotGrant {
@@ -45,12 +53,18 @@ export class CapacityError extends OpenAIError {
     readonly reason: "queue_full" | "queue_timeout",
     /** How long it waited before it was refused, ms. */
     readonly waitedMs: number,
+    /** The estimated wait for a slot now, seconds (`retry-after`). */
+    readonly retryAfterS = 1,
   ) {
     super(
       503,
       "server_busy",
-      "Every node serving this model is busy; retry shortly",
-      { headers: { "retry-after": "1" } },
+      `Every node serving this model is busy${
+        reason === "queue_timeout"
+          ? ` (waited ${Math.round(waitedMs / 1000)} s for a slot)`
+          : ""
+      }; retry in about ${retryAfterS} s`,
+      { headers: { "retry-after": String(retryAfterS) } },
     );
   }
 }
@@ -88,8 +102,18 @@ interface Waiter {
 export interface RouterOptions {
   /** Most requests waiting for a slot (default 256). */
   queueMax?: number;
-  /** How long a request may wait for a slot, in ms (default 10 s). */
+  /** How long a request may wait for a slot, in ms (default 120 s). */
   queueTimeoutMs?: number;
+  /** The same per model id, where it differs from `queueTimeoutMs`. */
+  queueTimeoutByModel?: Readonly<Record<string, number>>;
+}
+
+/** How long a model's slots are held, for `retry-after`. */
+interface HoldStats {
+  /** Moving average of a slot's hold, ms (null: none ended yet). */
+  avgMs: number | null;
+  /** Start times of the slots held now (performance.now()). */
+  held: Set<{ since: number }>;
 }
 
 /** Routes requests to nodes and tracks this gateway's in-flight work per node. */
@@ -99,13 +123,42 @@ export class NodeRouter {
   readonly #waiters: Waiter[] = [];
   readonly #queueMax: number;
   readonly #queueTimeoutMs: number;
+  readonly #queueTimeoutByModel: Readonly<Record<string, number>>;
+  readonly #holds = new Map<string, HoldStats>();
   readonly #nodeHashes = new Map<string, number>();
   #recheck: ReturnType<typeof setInterval> | undefined;
 
   constructor(fleet: Fleet, opts: RouterOptions = {}) {
     this.#fleet = fleet;
     this.#queueMax = opts.queueMax ?? 256;
-    this.#queueTimeoutMs = opts.queueTimeoutMs ?? 10_000;
+    this.#queueTimeoutMs = opts.queueTimeoutMs ?? DEFAULT_QUEUE_TIMEOUT_MS;
+    this.#queueTimeoutByModel = opts.queueTimeoutByModel ?? {};
+  }
+
+  /** How long a request for `model` may wait for a slot, ms. */
+  queueTimeoutFor(model: string): number {
+    return this.#queueTimeoutByModel[model] ?? this.#queueTimeoutMs;
+  }
+
+  /**
+   * The estimated wait for a slot of `model` now, seconds (at least 1):
+   * the oldest holder's remaining hold, plus one average hold for each
+   * `slots` requests queued ahead.
+   */
+  estimateWaitS(model: string): number {
+    const h = this.#holds.get(model);
+    const avg = h?.avgMs ?? UNKNOWN_HOLD_MS;
+    const now = performance.now();
+    let oldest = 0;
+    for (const g of h?.held ?? []) oldest = Math.max(oldest, now - g.since);
+    let slots = 0;
+    for (const n of this.#fleet.candidates(model)) {
+      slots += Math.max(1, n.stats?.slots ?? 1);
+    }
+    const ahead = this.#waiters.filter((w) => w.model === model).length;
+    const ms = Math.max(0, avg - oldest) +
+      Math.floor(ahead / Math.max(1, slots)) * avg;
+    return Math.min(3600, Math.max(1, Math.ceil(ms / 1000)));
   }
 
   /** Requests in flight from this gateway on `nodeId`. */
@@ -143,10 +196,13 @@ export class NodeRouter {
         ),
       );
     }
-    const slot = this.#pick(cands, affinity) ?? this.#pick(fallback, affinity);
+    const slot = this.#pick(cands, affinity, model) ??
+      this.#pick(fallback, affinity, model);
     if (slot) return Promise.resolve(slot);
     if (this.#waiters.length >= this.#queueMax) {
-      return Promise.reject(new CapacityError("queue_full", 0));
+      return Promise.reject(
+        new CapacityError("queue_full", 0, this.estimateWaitS(model)),
+      );
     }
     return new Promise<SlotGrant>((resolve, reject) => {
       const w: Waiter = {
@@ -170,16 +226,18 @@ export class NodeRouter {
         reject(e);
       };
       const onAbort = () => fail(signal.reason);
-      const timer = setTimeout(
-        () =>
-          fail(
-            new CapacityError(
-              "queue_timeout",
-              Math.round(performance.now() - w.since),
-            ),
+      const timer = setTimeout(() => {
+        // the estimate counts those still waiting, not this one
+        const i = this.#waiters.indexOf(w);
+        if (i >= 0) this.#waiters.splice(i, 1);
+        fail(
+          new CapacityError(
+            "queue_timeout",
+            Math.round(performance.now() - w.since),
+            this.estimateWaitS(model),
           ),
-        this.#queueTimeoutMs,
-      );
+        );
+      }, this.queueTimeoutFor(model));
       signal.addEventListener("abort", onAbort, { once: true });
       w.resolve = (l) => {
         w.done = true;
@@ -218,7 +276,11 @@ export class NodeRouter {
    * them), or for an affinity the highest-scoring node within
    * AFFINITY_SLACK of that load.
    */
-  #pick(cands: NodeView[], affinity: number | null = null): SlotGrant | null {
+  #pick(
+    cands: NodeView[],
+    affinity: number | null,
+    model: string,
+  ): SlotGrant | null {
     let best: NodeView | null = null;
     let bestLoad = Infinity;
     let ties = 0;
@@ -248,6 +310,14 @@ export class NodeRouter {
     }
     const node = best!;
     this.#inflight.set(node.id, (this.#inflight.get(node.id) ?? 0) + 1);
+    let hold = this.#holds.get(model);
+    if (!hold) {
+      if (this.#holds.size >= 10_000) this.#holds.clear();
+      this.#holds.set(model, hold = { avgMs: null, held: new Set() });
+    }
+    const h = hold;
+    const held = { since: performance.now() };
+    h.held.add(held);
     let released = false;
     return {
       node,
@@ -255,6 +325,9 @@ export class NodeRouter {
       release: () => {
         if (released) return;
         released = true;
+        h.held.delete(held);
+        const ms = performance.now() - held.since;
+        h.avgMs = h.avgMs === null ? ms : h.avgMs * 0.8 + ms * 0.2;
         const n = (this.#inflight.get(node.id) ?? 1) - 1;
         if (n <= 0) this.#inflight.delete(node.id);
         else this.#inflight.set(node.id, n);
@@ -277,8 +350,8 @@ export class NodeRouter {
     for (let i = 0; i < this.#waiters.length; i++) {
       const w = this.#waiters[i]!;
       const [cands, fallback] = this.#candidates(w.model, w.exclude, w.tenant);
-      const slot = this.#pick(cands, w.affinity) ??
-        this.#pick(fallback, w.affinity);
+      const slot = this.#pick(cands, w.affinity, w.model) ??
+        this.#pick(fallback, w.affinity, w.model);
       if (!slot) continue;
       this.#waiters.splice(i--, 1);
       slot.queuedMs = Math.round(performance.now() - w.since);

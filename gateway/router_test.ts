@@ -226,3 +226,56 @@ Deno.test("NodeRouter.acquire() says how long a request waited for its slot, and
   assert.ok(late.waitedMs >= 250, `waited ${late.waitedMs} ms`);
   slot.release();
 });
+
+Deno.test("NodeRouter waits 120 s by default, a model's own deadline where set", () => {
+  const router = new NodeRouter(fleetOf([["a", 1]]), {
+    queueTimeoutByModel: { big: 300_000 },
+  });
+  assert.equal(router.queueTimeoutFor("m"), 120_000);
+  assert.equal(router.queueTimeoutFor("big"), 300_000);
+});
+
+Deno.test("NodeRouter: a request for a model with its own short deadline is refused at it, with retry-after estimating the wait", async () => {
+  const fleet = fleetOf([["a", 1]]);
+  fleet.add("q", "http://q", [{ id: "quick", loaded: true, kind: "chat" }], 1);
+  const router = new NodeRouter(fleet, {
+    queueTimeoutMs: 60_000,
+    queueTimeoutByModel: { quick: 200 },
+  });
+  const signal = new AbortController().signal;
+  // slots of "quick" were held ~300 ms each so far
+  for (let i = 0; i < 2; i++) {
+    const s = await router.acquire("quick", signal);
+    await new Promise((r) => setTimeout(r, 300));
+    s.release();
+  }
+  const held = await router.acquire("quick", signal);
+  const t0 = performance.now();
+  const late = await router.acquire("quick", signal).then(() => null, (e) => e);
+  const waited = performance.now() - t0;
+  assert.ok(late instanceof CapacityError);
+  assert.equal(late.reason, "queue_timeout");
+  assert.ok(waited >= 190 && waited < 5000, `waited ${waited} ms`);
+  // the holder has ~100 ms of its ~300 ms hold left: retry in 1 s
+  assert.equal(late.retryAfterS, 1);
+  assert.equal(late.headers["retry-after"], "1");
+  held.release();
+});
+
+Deno.test("NodeRouter.estimateWaitS() adds a hold per slot's worth of requests queued ahead", async () => {
+  const fleet = fleetOf([["a", 1]]);
+  const router = new NodeRouter(fleet, { queueTimeoutMs: 60_000 });
+  const signal = new AbortController().signal;
+  // nothing measured yet: a hold is assumed 10 s
+  const held = await router.acquire("m", signal);
+  assert.equal(router.estimateWaitS("m"), 10);
+  const ac = new AbortController();
+  const waiters = [0, 1, 2].map(() =>
+    router.acquire("m", ac.signal).catch(() => null)
+  );
+  // the holder's 10 s, then one hold for each of the 3 queued on 1 slot
+  assert.equal(router.estimateWaitS("m"), 40);
+  ac.abort();
+  await Promise.all(waiters);
+  held.release();
+});

@@ -10,7 +10,7 @@
  * (`DELETE /orchard/requests/{requestId}`), since a node's server may not
  * notice the close while it has not answered yet (node/in_flight.ts).
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../lib/openai_errors.ts";
 import {
   Http1Client,
   Http1Error,
@@ -25,10 +25,10 @@ import { traceparent, withSpan } from "../lib/trace.ts";
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
   /**
-   * Until the request is written to the node, and for streams until the
-   * node answers with headers (default 10 s; it sends them at once). A
-   * non-stream answer comes whole after the generation: only the total
-   * timeout bounds it.
+   * Until the request is written to the node (default 10 s). A stream's
+   * headers then come within `firstByteTimeoutMs` (the node sends them
+   * once its model took the request); a non-stream answer comes whole
+   * after the generation: only the total timeout bounds it.
    */
   connectTimeoutMs: number;
   /** Until the first event or body byte (default 120 s: long prefill). */
@@ -244,13 +244,24 @@ export class Upstream {
     };
     try {
       let sent = false;
+      // Connect and write within the connect timeout; then a stream's
+      // headers within the first-byte one: the node answers them once its
+      // model took the request, which waits for the decode step in
+      // progress (a long prompt's prefill chunk takes seconds on a CPU).
       const res = await withTimeout(
-        this.#send(slot.node.id, path, body, requestId, abort.signal, () => {
-          sent = true;
-        }),
-        o.connectTimeoutMs,
-        () => abort.abort(new DOMException("Connect timeout", "TimeoutError")),
-        () => stream || !sent,
+        withTimeout(
+          this.#send(slot.node.id, path, body, requestId, abort.signal, () => {
+            sent = true;
+          }),
+          o.connectTimeoutMs,
+          () =>
+            abort.abort(new DOMException("Connect timeout", "TimeoutError")),
+          () => !sent,
+        ),
+        o.firstByteTimeoutMs,
+        () =>
+          abort.abort(new DOMException("First-byte timeout", "TimeoutError")),
+        () => stream,
       ).catch((e) => {
         if (signal.aborted) throw e;
         if (abort.signal.reason === STOPPING) throw stoppingError();
@@ -434,8 +445,8 @@ async function readCapped(
 
 const PASS_STATUS = new Set([400, 404, 408, 413, 422, 429]);
 
-/** Turns a node's non-200 answer into an OpenAIError, keeping only well-formed fields. */
-async function nodeError(
+/** Turns a node's non-200 answer into an OpenAIError, keeping only well-formed fields (a context_length_exceeded keeps its numbers). */
+export async function nodeError(
   res: Http1Response,
   max: number,
 ): Promise<OpenAIError> {
@@ -456,6 +467,10 @@ async function nodeError(
       if (typeof err.param === "string") param = err.param.slice(0, 100);
     }
   } catch { /* keep the generic message */ }
+  if (res.status === 400 && code === "context_length_exceeded") {
+    const e = ContextLengthError.fromHeaders(res.headers, param);
+    if (e) return e;
+  }
   if (PASS_STATUS.has(res.status)) {
     const headers: Record<string, string> = {};
     const ra = res.headers.get("retry-after");

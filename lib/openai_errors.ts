@@ -97,6 +97,63 @@ export class OpenAIError extends Error {
   }
 }
 
+/**
+ * A 400 `context_length_exceeded` in OpenAI's words, carrying the numbers
+ * as fields: the prompt's tokens, the model's context, and the completion
+ * tokens asked for when those made it too long (null when the prompt alone
+ * is). They also travel as `x-orchard-*` headers, which is how a node's
+ * refusal reaches the gateway's error mapping (gateway/upstream.ts
+ * `nodeError`) with its numbers intact.
+ */
+export class ContextLengthError extends OpenAIError {
+  constructor(
+    readonly promptTokens: number,
+    readonly contextLength: number,
+    readonly completionTokens: number | null = null,
+    param: string | null = "messages",
+  ) {
+    super(
+      400,
+      "context_length_exceeded",
+      completionTokens === null
+        ? `This model's maximum context length is ${contextLength} tokens. However, your messages resulted in ${promptTokens} tokens. Please reduce the length of the messages.`
+        : `This model's maximum context length is ${contextLength} tokens. However, you requested ${
+          promptTokens + completionTokens
+        } tokens (${promptTokens} in the messages, ${completionTokens} in the completion). Please reduce the length of the messages or completion.`,
+      {
+        param,
+        headers: {
+          "x-orchard-prompt-tokens": String(promptTokens),
+          "x-orchard-context-length": String(contextLength),
+          ...(completionTokens === null ? {} : {
+            "x-orchard-completion-tokens": String(completionTokens),
+          }),
+        },
+      },
+    );
+  }
+
+  /** The error a response's headers describe, or null when they carry no numbers. */
+  static fromHeaders(
+    headers: { get(name: string): string | null },
+    param: string | null,
+  ): ContextLengthError | null {
+    const n = (h: string) => {
+      const v = headers.get(h);
+      return v !== null && /^\d{1,9}$/.test(v) ? Number(v) : null;
+    };
+    const prompt = n("x-orchard-prompt-tokens");
+    const ctx = n("x-orchard-context-length");
+    if (prompt === null || ctx === null) return null;
+    return new ContextLengthError(
+      prompt,
+      ctx,
+      n("x-orchard-completion-tokens"),
+      param,
+    );
+  }
+}
+
 /** Shorthand: an OpenAI error response. */
 export function openAIErrorResponse(
   status: number,

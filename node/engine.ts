@@ -58,6 +58,14 @@ export interface PromptOverhead {
   tools: number;
 }
 
+/** What `Engine.countTokens` answers. */
+export interface TokenCount {
+  /** Prompt tokens, as `usage.prompt_tokens` of the same request would say. */
+  promptTokens: number;
+  /** The model's context per request, tokens. */
+  contextLength: number;
+}
+
 /** Load and health figures reported in each heartbeat. */
 export interface EngineStats {
   /** Requests being generated right now. */
@@ -100,6 +108,13 @@ export interface Engine {
   embeddings(body: OpenAIBody, signal: AbortSignal): Promise<Response>;
   /** Current load and health. */
   stats(): EngineStats;
+  /**
+   * The prompt tokens a `/v1/chat/completions` body would be billed,
+   * rendered (chat template, tools) and tokenized exactly as a generation
+   * does, and the model's context per request. Engines that cannot know
+   * leave it out (the gateway then estimates).
+   */
+  countTokens?(body: OpenAIBody, signal: AbortSignal): Promise<TokenCount>;
   /**
    * Applies the operator's placement (null: none, serve every model):
    * load pinned models and keep them loaded, unload and stop serving the

@@ -8,6 +8,7 @@
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
 import { defaultStateDir } from "./identity.ts";
+import { type MemorySpec, parseMemorySpec } from "./memory_spec.ts";
 import type { NodeWorkerOptions } from "./worker.ts";
 
 /** Flags, their environment variables and help text. */
@@ -37,7 +38,18 @@ export const FLAGS = {
     "parallel sequences (llama: 4; openai: what the engine reports, else 16)",
   ],
   threads: ["ORCHARD_NODE_THREADS", "CPU threads for llama"],
-  context: ["ORCHARD_CONTEXT_SIZE", "llama context tokens per slot"],
+  context: [
+    "ORCHARD_CONTEXT_SIZE",
+    "llama context tokens per slot (default: the model's, as --kv-memory allows)",
+  ],
+  "kv-memory": [
+    "ORCHARD_KV_MEMORY",
+    "llama: memory for a model's KV caches, e.g. 50% (of what is free after its weights; default) or 8GiB",
+  ],
+  "prefix-cache": [
+    "ORCHARD_PREFIX_CACHE_MEMORY",
+    "llama: host memory keeping KV prefixes evicted from slots, per model, e.g. 4GiB or 10% (default 2GiB or 25% of available, the smaller; 0: none)",
+  ],
   preload: ["ORCHARD_MODELS_PRELOAD", "llama: load every model at start"],
   "state-dir": [
     "ORCHARD_NODE_STATE_DIR",
@@ -123,6 +135,17 @@ function bool(name: Flag, raw: string | undefined): boolean {
   );
 }
 
+function memory(name: Flag, raw: string | undefined): MemorySpec | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  const spec = parseMemorySpec(raw);
+  if (!spec) {
+    throw new Error(
+      `Cannot start the node: --${name} must be a share such as 50% or a size such as 8GiB: current value is ${raw}`,
+    );
+  }
+  return spec;
+}
+
 /** The path separator of --tokenizers on this OS. */
 const LIST_SEP = Deno.build.os === "windows" ? ";" : ":";
 
@@ -154,6 +177,8 @@ export function nodeOptions(flags: NodeFlags): NodeWorkerOptions {
     slots: int("slots", get("slots"), 1, 256) ?? undefined,
     threads: int("threads", get("threads"), 1, 1024) ?? null,
     contextSize: int("context", get("context"), 64, 1 << 20) ?? null,
+    kvMemory: memory("kv-memory", get("kv-memory")),
+    prefixCacheMemory: memory("prefix-cache", get("prefix-cache")),
     preload: bool("preload", get("preload")),
     stateDir: get("state-dir") ?? defaultStateDir(),
     heartbeatMs: int("heartbeat-ms", get("heartbeat-ms"), 50, 600_000) ?? 2000,
@@ -166,6 +191,38 @@ export function parseNodeArgs(
   env: (name: string) => string | undefined = (n) => Deno.env.get(n),
 ): NodeWorkerOptions {
   return nodeOptions(readNodeFlags(args, env).flags);
+}
+
+/**
+ * The options of `deno task start`'s in-process node: every node flag's
+ * environment variable applies as it does to `deno task node`; the
+ * gateway, join token, models folder and state directory come from the
+ * gateway process, and it listens on loopback (any free port, name
+ * "local") unless told otherwise.
+ */
+export function localNodeOptions(
+  fixed: {
+    gatewayUrl: string;
+    joinToken: string | null;
+    modelsDir: string;
+    stateDir: string;
+  },
+  env: (name: string) => string | undefined = (n) => Deno.env.get(n),
+): NodeWorkerOptions {
+  const { flags } = readNodeFlags([], env);
+  const opts = nodeOptions({
+    ...flags,
+    gateway: fixed.gatewayUrl,
+    host: flags.host ?? "127.0.0.1",
+    port: flags.port ?? "0",
+    name: flags.name ?? "local",
+  });
+  return {
+    ...opts,
+    joinToken: fixed.joinToken,
+    modelsDir: fixed.modelsDir,
+    stateDir: fixed.stateDir,
+  };
 }
 
 /**

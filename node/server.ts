@@ -1,7 +1,8 @@
 /**
  * The node's own HTTP API, answering only its gateway: OpenAI-compatible
  * `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
- * `/v1/embeddings`, plus `/health`, the gateway-driven link test and
+ * `/v1/embeddings`, plus `/health`, `POST /orchard/count_tokens` (a chat
+ * request's prompt tokens, as billed), the gateway-driven link test and
  * `DELETE /orchard/requests/{id}` (the gateway cancelling a call it gave
  * up). Tracks requests in progress so a drain can report when it is done,
  * and so each one's engine work stops when nobody wants it (in_flight.ts).
@@ -187,6 +188,7 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
         object: "model",
         created,
         owned_by: "orchard",
+        ...(m.contextLength ? { context_length: m.contextLength } : {}),
       }));
     return c.json({ object: "list", data });
   });
@@ -245,6 +247,24 @@ export function createNodeApp(deps: NodeServerDeps): Hono {
   );
   app.post("/v1/completions", work((b, s) => engine.completions(b, s)));
   app.post("/v1/embeddings", work((b, s) => engine.embeddings(b, s)));
+  // The prompt tokens a chat request would be billed, without generating.
+  app.post("/orchard/count_tokens", async (c) => {
+    if (!engine.countTokens) {
+      throw new OpenAIError(
+        501,
+        "not_supported",
+        "This node's engine cannot count tokens",
+      );
+    }
+    const body = await readBody(c.req.raw, max);
+    const n = await engine.countTokens(body, c.req.raw.signal);
+    return c.json({
+      object: "token_count",
+      model: String(body.model ?? ""),
+      prompt_tokens: n.promptTokens,
+      context_length: n.contextLength,
+    });
+  });
   // The gateway gave up on a call (timeout, client gone, its own stop).
   app.delete(
     "/orchard/requests/:id",

@@ -28,6 +28,7 @@ import {
   saveIdentity,
 } from "./identity.ts";
 import { collectProbe, memoryNow } from "./probe.ts";
+import type { MemorySpec } from "./memory_spec.ts";
 import { createNodeApp, DrainState, type LinkTester } from "./server.ts";
 
 /** Options of `startNodeWorker` (each has a CLI flag and env var in node/main.ts). */
@@ -63,8 +64,12 @@ export interface NodeWorkerOptions {
   name?: string | null;
   slots?: number;
   threads?: number | null;
-  /** llama: context tokens per slot (default: the model's, at most 4096). */
+  /** llama: context tokens per slot (default: the model's, as `kvMemory` allows). */
   contextSize?: number | null;
+  /** llama: memory for a model's KV caches (node/llama/kv_budget.ts). */
+  kvMemory?: MemorySpec;
+  /** llama: host memory for prefixes evicted from slots, per model. */
+  prefixCacheMemory?: MemorySpec;
   /** llama: load every model at start instead of on first use. */
   preload?: boolean;
   /** Where the identity is kept (default ~/.orchard/node). */
@@ -155,6 +160,8 @@ export async function createEngine(opts: NodeWorkerOptions): Promise<Engine> {
     slots: opts.slots,
     threads: opts.threads ?? undefined,
     contextSize: opts.contextSize ?? undefined,
+    kvMemory: opts.kvMemory,
+    prefixCacheMemory: opts.prefixCacheMemory,
     preload: opts.preload ?? false,
   });
 }

@@ -68,7 +68,7 @@ Deno.test({
   // node status from KV only every 500 ms and calls a node unhealthy after
   // 3 intervals, so at 250 ms a node that is fine flickers to "unhealthy"
   // for a moment now and then (a 503 model_unavailable, or a queued request
-  // never woken until its 10 s deadline, 503 server_busy); nothing here
+  // never woken until its 120 s deadline, 503 server_busy); nothing here
   // tests heartbeats
   await using cluster = await startCluster({
     slots: 4,

@@ -163,10 +163,11 @@ for (const stream of [true, false]) {
   Deno.test(`a gateway timeout before the node answered (${stream ? "stream" : "non-stream"}) closes the node's upstream request within 1 s`, async () => {
     // The node's server does not see the gateway's connection close while
     // its handler is still waiting: the gateway's cancellation does it.
-    // A stream's node answers with headers at once (connect timeout); a
-    // non-stream answer comes whole after its generation (total timeout).
+    // A stream's node answers with headers once its model took the
+    // request (first-byte timeout); a non-stream answer comes whole after
+    // its generation (total timeout).
     const rig = await startRig({
-      proxy: stream ? { connectTimeoutMs: 500 } : { totalTimeoutMs: 500 },
+      proxy: stream ? { firstByteTimeoutMs: 500 } : { totalTimeoutMs: 500 },
     });
     try {
       const res = await holdRequest(rig, { hold: "hold-head", stream });

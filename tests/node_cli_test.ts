@@ -86,3 +86,69 @@ Deno.test("the port is automatic unless given, and the flags a node saves hold n
     tokenizers: "/home/me/orchard/a:/b",
   });
 });
+
+Deno.test("localNodeOptions() honours every node environment variable deno task node reads", async () => {
+  const { localNodeOptions, FLAGS } = await import("../node/flags.ts");
+  const env: Record<string, string> = {
+    ORCHARD_GATEWAY_URL: "http://elsewhere:1", // the local node's gateway is fixed
+    ORCHARD_JOIN_TOKEN: "x.y",
+    ORCHARD_NODE_SLOTS: "3",
+    ORCHARD_CONTEXT_SIZE: "65536",
+    ORCHARD_KV_MEMORY: "8GiB",
+    ORCHARD_PREFIX_CACHE_MEMORY: "25%",
+    ORCHARD_NODE_THREADS: "2",
+    ORCHARD_MODELS_PRELOAD: "1",
+    ORCHARD_NODE_HEARTBEAT_MS: "500",
+    ORCHARD_NODE_ENGINE: "openai",
+    ORCHARD_UPSTREAM_URL: "http://127.0.0.1:9",
+    ORCHARD_UPSTREAM_API_KEY: "k",
+    ORCHARD_TOKENIZER_DIRS: "/a:/b",
+    ORCHARD_NODE_NAME: "desk",
+    ORCHARD_NODE_ADVERTISE_URL: "http://desk:8100",
+  };
+  const fixed = {
+    gatewayUrl: "http://127.0.0.1:8000",
+    joinToken: null,
+    modelsDir: "/models",
+    stateDir: "/state",
+  };
+  const o = localNodeOptions(fixed, (n) => env[n]);
+  assert.equal(o.gatewayUrl, "http://127.0.0.1:8000");
+  assert.equal(o.joinToken, null);
+  assert.equal(o.slots, 3);
+  assert.equal(o.contextSize, 65536);
+  assert.deepEqual(o.kvMemory, { bytes: 8 * 1024 ** 3 });
+  assert.deepEqual(o.prefixCacheMemory, { share: 0.25 });
+  assert.equal(o.threads, 2);
+  assert.equal(o.preload, true);
+  assert.equal(o.heartbeatMs, 500);
+  assert.equal(o.engine, "openai");
+  assert.equal(o.upstreamUrl, "http://127.0.0.1:9");
+  assert.equal(o.upstreamApiKey, "k");
+  assert.deepEqual(o.tokenizerDirs, ["/a", "/b"]);
+  assert.equal(o.name, "desk");
+  assert.equal(o.advertiseUrl, "http://desk:8100");
+  assert.equal(o.modelsDir, "/models");
+  assert.equal(o.stateDir, "/state");
+  // every flag's variable is read (none is left to deno task node only)
+  const read = new Set<string>();
+  localNodeOptions(fixed, (n) => {
+    read.add(n);
+    return undefined;
+  });
+  for (const [env] of Object.values(FLAGS)) assert.ok(read.has(env), env);
+  // defaults: loopback, any free port, named "local"
+  const d = localNodeOptions(fixed, () => undefined);
+  assert.equal(d.host, "127.0.0.1");
+  assert.equal(d.port, 0);
+  assert.equal(d.name, "local");
+  assert.equal(d.contextSize, null);
+  assert.throws(
+    () =>
+      localNodeOptions(
+        fixed,
+        (n) => n === "ORCHARD_KV_MEMORY" ? "lots" : undefined,
+      ),
+    /--kv-memory must be/,
+  );
+});

@@ -14,8 +14,10 @@
  * arriving does not stall the streams already running.
  *
  * Prompt reuse: slots keep what their last sequence left in the KV cache
- * (slot_cache.ts); a new prompt goes to the slot holding its longest prefix
- * and decodes only the rest.
+ * (slot_cache.ts); a new prompt goes to the slot where it reuses most and
+ * loses least, and decodes only the rest. A long prefix about to be
+ * overwritten is saved in host memory first, and restored into a slot
+ * when a later prompt continues it (prefix_store.ts).
  *
  * llama.cpp aborts the process on some misuse; the scheduler never decodes
  * twice at once, never exceeds `n_batch`, and only samples outputs of the
@@ -24,6 +26,7 @@
  *
  * Protocol: JSON lines, see protocol.ts.
  */
+import { ContextLengthError } from "../../lib/openai_errors.ts";
 import { openLlama } from "./ffi.ts";
 import { InputError, LoadedLlama } from "./model.ts";
 import type {
@@ -33,6 +36,7 @@ import type {
   SamplingParams,
   TokenLogprob,
 } from "./protocol.ts";
+import { PrefixStore, SAVE_MIN } from "./prefix_store.ts";
 import { SlotCache } from "./slot_cache.ts";
 import { advance, START, type Utf8State } from "./utf8_guard.ts";
 
@@ -139,6 +143,10 @@ function yieldToEventLoop(): Promise<void> {
 
 let model: LoadedLlama;
 let slots: SlotCache;
+let slotCount = 0;
+/** Prefixes evicted from slots, kept in host memory (prefix_store.ts). */
+let prefixes = new PrefixStore(0);
+const EMPTY = new Int32Array(0);
 const seqs = new Map<string, Seq>();
 const embedQueue: { id: string; inputs: string[] }[] = [];
 let wake: (() => void) | null = null;
@@ -202,6 +210,39 @@ function push(s: Seq, text: string): boolean {
   return false;
 }
 
+/** The prompt's tokens, exactly as a generation decodes them. */
+function promptOf(
+  req: Extract<ChildRequest, { op: "generate" } | { op: "count" }>,
+): Int32Array {
+  const text = req.messages
+    ? model.applyTemplate(req.messages)
+    : req.prompt ?? "";
+  const chat = req.messages !== undefined || req.templated === true;
+  return model.tokenize(text, !chat);
+}
+
+/** Answers a `count` request: what `generate` would bill as prompt tokens. */
+function count(req: Extract<ChildRequest, { op: "count" }>) {
+  try {
+    emit({
+      ev: "count",
+      id: req.id,
+      promptTokens: promptOf(req).length,
+      contextLength: model.ctxPerSeq,
+    });
+  } catch (err) {
+    const input = err instanceof InputError;
+    emit({
+      ev: "error",
+      id: req.id,
+      status: input ? 400 : 500,
+      code: input ? err.code : "engine_error",
+      message: `Cannot count the prompt's tokens: ${(err as Error).message}`,
+      param: input ? err.param : null,
+    });
+  }
+}
+
 function start(req: Extract<ChildRequest, { op: "generate" }>) {
   const fail = (
     status: number,
@@ -211,11 +252,7 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
   ) => emit({ ev: "error", id: req.id, status, code, message, param });
   let sampler: Deno.PointerObject | null = null;
   try {
-    const text = req.messages
-      ? model.applyTemplate(req.messages)
-      : req.prompt ?? "";
-    const chat = req.messages !== undefined || req.templated === true;
-    const prompt = model.tokenize(text, !chat);
+    const prompt = promptOf(req);
     if (prompt.length === 0) {
       return fail(400, "invalid_value", "The prompt is empty", "prompt");
     }
@@ -223,16 +260,23 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
     if (
       room < 1 || (req.params.maxTokens !== null && req.params.maxTokens > room)
     ) {
-      return fail(
-        400,
-        "context_length_exceeded",
-        `This model's maximum context length is ${model.ctxPerSeq} tokens. However, you requested ${
-          prompt.length + (req.params.maxTokens ?? 1)
-        } tokens (${prompt.length} in the messages, ${
-          req.params.maxTokens ?? 1
-        } in the completion).`,
-        "messages",
+      const e = new ContextLengthError(
+        prompt.length,
+        model.ctxPerSeq,
+        room < 1 ? null : req.params.maxTokens,
       );
+      emit({
+        ev: "error",
+        id: req.id,
+        status: 400,
+        code: e.code,
+        message: e.message,
+        param: "messages",
+        promptTokens: e.promptTokens,
+        contextLength: e.contextLength,
+        completionTokens: e.completionTokens,
+      });
+      return;
     }
     const p: SamplingParams = req.params;
     sampler = model.sampler(p);
@@ -240,12 +284,37 @@ function start(req: Extract<ChildRequest, { op: "generate" }>) {
       slot: q.slot,
       tokens: q.history.slice(0, q.pos),
     }));
-    const grant = slots.acquire(prompt, live);
+    const cap = Math.max(0, prompt.length - 1);
+    const saved = prefixes.best(prompt, cap);
+    const before = Array.from(
+      { length: slotCount },
+      (_, i) => slots.cached(i),
+    );
+    const grant = slots.acquire(prompt, live, {
+      restorable: saved?.reuse ?? 0,
+      savable: (held, lost) => lost >= SAVE_MIN && prefixes.wants(held),
+    });
     if (!grant) {
       model.llama.symbols.llama_sampler_free(sampler);
       return fail(503, "server_busy", "All slots are busy");
     }
-    if (grant.from !== null) {
+    // what the slot held beyond what stays is lost: keep it in host memory
+    const held = before[grant.slot] ?? EMPTY;
+    const kept = grant.from === null && !grant.restore ? grant.reuse : 0;
+    if (held.length - kept >= SAVE_MIN && prefixes.wants(held)) {
+      const state = model.saveSeq(grant.slot);
+      if (state) prefixes.put(held, state);
+    }
+    if (grant.restore) {
+      // set_data clears the slot, then loads the saved cells into it
+      if (
+        !saved || !model.restoreSeq(grant.slot, saved.entry.state) ||
+        !model.truncateSeq(grant.slot, grant.reuse)
+      ) {
+        model.clearSeq(grant.slot);
+        grant.reuse = 0;
+      }
+    } else if (grant.from !== null) {
       // share another slot's prefix cells, dropping what this slot held
       model.clearSeq(grant.slot);
       model.shareSeq(grant.from, grant.slot, grant.reuse);
@@ -471,6 +540,9 @@ function handle(req: ChildRequest) {
       if (s) s.cancelled = true;
       break;
     }
+    case "count":
+      count(req);
+      break;
     case "embed":
       embedQueue.push({ id: req.id, inputs: req.inputs });
       break;
@@ -512,6 +584,10 @@ async function main() {
   const llama = openLlama();
   model = await LoadedLlama.load(llama, load);
   slots = new SlotCache(load.slots);
+  slotCount = load.slots;
+  prefixes = new PrefixStore(
+    Math.max(0, Math.floor(load.prefixCacheBytes ?? 0)),
+  );
   emit({
     ev: "ready",
     model: {

@@ -4,7 +4,7 @@
  * over `slots` sequences, behind the OpenAI shapes of node/engine.ts.
  */
 import { log } from "../../lib/log.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../../lib/openai_errors.ts";
 import type {
   DesiredModel,
   Engine,
@@ -12,8 +12,15 @@ import type {
   EngineStats,
   OpenAIBody,
   PromptOverhead,
+  TokenCount,
 } from "../engine.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
+import {
+  availableMemory,
+  memoryBytes,
+  type MemorySpec,
+} from "../memory_spec.ts";
+import { defaultContext } from "./kv_budget.ts";
 import { type CatalogEntry, resolveModel, scanModels } from "./catalog.ts";
 import {
   ChatTemplate,
@@ -46,8 +53,15 @@ export interface LlamaEngineOptions {
   slots?: number;
   /** CPU threads per model (default: all cores). */
   threads?: number;
-  /** Context tokens per sequence (default: the model's, at most 4096). */
+  /**
+   * Context tokens per sequence (default: the model's trained context,
+   * bounded by `kvMemory`: see kv_budget.ts).
+   */
   contextSize?: number;
+  /** Memory all slots' KV caches of one model may take (default 50 % of what is available after its weights). */
+  kvMemory?: MemorySpec;
+  /** Host memory for KV-cache prefixes evicted from slots, per model (default 2 GiB of what is available, 0: none). */
+  prefixCacheMemory?: MemorySpec;
   /** Requests waiting for a slot per model before 503 (default 4 × slots). */
   maxQueue?: number;
   /** Unload a model after this long without requests (default 15 min; 0 never). */
@@ -77,9 +91,16 @@ export function createLlamaEngine(opts: LlamaEngineOptions): LlamaEngine {
 /** The llama engine; beyond `Engine`, it reports batching and its processes. */
 export class LlamaEngine implements Engine {
   readonly kind = "llama" as const;
-  #opts: Required<Omit<LlamaEngineOptions, "contextSize">> & {
-    contextSize?: number;
-  };
+  #opts:
+    & Required<
+      Omit<LlamaEngineOptions, "contextSize" | "kvMemory" | "prefixCacheMemory">
+    >
+    & Pick<
+      LlamaEngineOptions,
+      "contextSize" | "kvMemory" | "prefixCacheMemory"
+    >;
+  /** Default context per catalog entry (path:mtime:slots), computed once. */
+  #contexts = new Map<string, number>();
   #catalog = new Map<string, CatalogEntry>();
   #scannedAt = 0;
   #state = new Map<string, Loaded>();
@@ -114,6 +135,8 @@ export class LlamaEngine implements Engine {
       slots,
       threads,
       contextSize: o.contextSize,
+      kvMemory: o.kvMemory,
+      prefixCacheMemory: o.prefixCacheMemory,
       maxQueue: o.maxQueue ?? slots * 4,
       idleUnloadMs: o.idleUnloadMs ?? 15 * 60_000,
       preload: o.preload ?? false,
@@ -197,6 +220,44 @@ export class LlamaEngine implements Engine {
         e.promptTokens,
         req.base64,
       );
+    }
+    if (e.ev === "error") throw errorOf(e);
+    throw new OpenAIError(
+      500,
+      "engine_error",
+      "Unexpected answer from the model process",
+    );
+  }
+
+  async countTokens(
+    body: OpenAIBody,
+    signal: AbortSignal,
+  ): Promise<TokenCount> {
+    const req = parseChat(body);
+    const st = await this.#entry(req.model);
+    if (st.entry.facts?.embeddingOnly) {
+      throw new OpenAIError(
+        400,
+        "invalid_model",
+        `${st.entry.id} is an embedding model; it has no chat prompt`,
+        { param: "model" },
+      );
+    }
+    const { request } = this.#prepare(st, req, "chat");
+    const proc = await this.#process(st);
+    signal.throwIfAborted();
+    st.lastUsed = Date.now();
+    const q = new EventQueue();
+    proc.request({
+      op: "count",
+      id: crypto.randomUUID(),
+      messages: request.messages,
+      prompt: request.prompt,
+      templated: request.templated,
+    }, (e) => q.push(e));
+    const e = await q.next();
+    if (e.ev === "count") {
+      return { promptTokens: e.promptTokens, contextLength: e.contextLength };
     }
     if (e.ev === "error") throw errorOf(e);
     throw new OpenAIError(
@@ -499,10 +560,34 @@ export class LlamaEngine implements Engine {
     return st;
   }
 
+  /** Context tokens per slot: the sidecar's, the flag's, else sized to memory (kv_budget.ts). */
   #contextOf(e: CatalogEntry): number {
-    const train = e.facts?.contextLength ?? 4096;
-    return e.sidecar.contextSize ?? this.#opts.contextSize ??
-      Math.min(train, 4096);
+    const fixed = e.sidecar.contextSize ?? this.#opts.contextSize;
+    if (fixed !== undefined) return fixed;
+    const slots = e.sidecar.slots ?? this.#opts.slots;
+    const key = `${e.path}:${e.mtime}:${slots}`;
+    let ctx = this.#contexts.get(key);
+    if (ctx === undefined) {
+      ctx = defaultContext({
+        trainContext: e.facts?.contextLength ?? null,
+        kvBytesPerToken: e.facts?.kvBytesPerToken ?? null,
+        slots,
+        weightsBytes: e.size,
+        availableBytes: availableMemory(),
+        kvMemory: this.#opts.kvMemory,
+      });
+      this.#contexts.set(key, ctx);
+    }
+    return ctx;
+  }
+
+  /** Host memory for one model's evicted prefixes: the flag's, else 2 GiB or a quarter of what is available, whichever is less. */
+  #prefixCacheBytes(): number {
+    const spec = this.#opts.prefixCacheMemory;
+    const available = availableMemory();
+    return spec
+      ? memoryBytes(spec, available)
+      : Math.min(2 * 1024 ** 3, Math.floor(available / 4));
   }
 
   /** The model's running process, starting (or restarting) it if needed. */
@@ -518,6 +603,7 @@ export class LlamaEngine implements Engine {
         slots: st.limiter.slots,
         threads: this.#opts.threads,
         batch: 512,
+        prefixCacheBytes: this.#prefixCacheBytes(),
       }, (why) => {
         if (st.proc === proc) st.proc = null;
         if (!this.#closed && !proc.expectedExit) {
@@ -656,8 +742,22 @@ function errorOf(
     code: string | null;
     message: string;
     param?: string | null;
+    promptTokens?: number;
+    contextLength?: number;
+    completionTokens?: number | null;
   },
 ): OpenAIError {
+  if (
+    e.code === "context_length_exceeded" && e.promptTokens !== undefined &&
+    e.contextLength !== undefined
+  ) {
+    return new ContextLengthError(
+      e.promptTokens,
+      e.contextLength,
+      e.completionTokens ?? null,
+      e.param ?? null,
+    );
+  }
   return new OpenAIError(e.status, e.code, e.message, {
     param: e.param ?? null,
     headers: e.status === 503 ? { "retry-after": "1" } : {},

@@ -146,6 +146,20 @@ const SYMBOLS = {
   // child process that owns the context yields to its event loop between
   // decode steps instead, so cancellations still arrive.
   llama_decode: { parameters: [P, BATCH_STRUCT], result: "i32" },
+  // size_t (ctx, llama_seq_id): the bytes llama_state_seq_get_data needs for the sequence
+  llama_state_seq_get_size: { parameters: [P, "i32"], result: "usize" },
+  // size_t (ctx, uint8_t * dst, size_t size, llama_seq_id): bytes written (0: failed).
+  // Synchronous like llama_decode: only the child process that owns the context calls it.
+  llama_state_seq_get_data: {
+    parameters: [P, "buffer", "usize", "i32"],
+    result: "usize",
+  },
+  // size_t (ctx, const uint8_t * src, size_t size, llama_seq_id dest): clears dest,
+  // then loads the cells into it; bytes read, 0 when it failed (no room)
+  llama_state_seq_set_data: {
+    parameters: [P, "buffer", "usize", "i32"],
+    result: "usize",
+  },
   llama_get_embeddings_seq: { parameters: [P, "i32"], result: P }, // float *
   llama_vocab_n_tokens: { parameters: [P], result: "i32" },
   llama_vocab_is_eog: { parameters: [P, "i32"], result: "bool" },

@@ -264,6 +264,12 @@ export interface ModelFacts {
   blockCount: number;
   contextLength: number | null;
   embeddingLength: number | null;
+  /**
+   * Bytes one token takes in an f16 KV cache: layers × (n_head_kv ×
+   * key_length + n_head_kv × value_length) × 2; null when the header
+   * lacks the attention facts.
+   */
+  kvBytesPerToken: number | null;
   /** True for encoder/embedding-only architectures. */
   embeddingOnly: boolean;
   chatTemplate: string | null;
@@ -288,6 +294,29 @@ function num(v: GgufValue | undefined): number | null {
   if (typeof v === "number") return v;
   if (typeof v === "bigint") return Number(v);
   return null;
+}
+
+/** Bytes of f16 K and V per token over all layers (see ModelFacts). */
+function kvBytesPerToken(
+  info: GgufInfo,
+  arch: string,
+  layers: number,
+): number | null {
+  const meta = (k: string) => info.metadata.get(`${arch}.${k}`);
+  const heads = num(meta("attention.head_count"));
+  const embd = num(meta("embedding_length"));
+  const headDim = heads && embd ? embd / heads : null;
+  const kLen = num(meta("attention.key_length")) ?? headDim;
+  const vLen = num(meta("attention.value_length")) ?? headDim;
+  const kv = meta("attention.head_count_kv") ?? meta("attention.head_count");
+  if (kLen === null || vLen === null || kv === undefined) return null;
+  // one value for every layer, or one per layer (0 for a layer without attention)
+  const perLayer = Array.isArray(kv)
+    ? kv.map((v) => num(v) ?? 0)
+    : Array.from({ length: layers }, () => num(kv) ?? 0);
+  const kvHeads = perLayer.reduce((a, b) => a + b, 0);
+  const bytes = kvHeads * (kLen + vLen) * 2;
+  return bytes > 0 && Number.isFinite(bytes) ? bytes : null;
 }
 
 /**
@@ -356,6 +385,7 @@ export function validateModel(info: GgufInfo): ModelFacts {
     blockCount,
     contextLength: num(info.metadata.get(`${arch}.context_length`)),
     embeddingLength: num(info.metadata.get(`${arch}.embedding_length`)),
+    kvBytesPerToken: kvBytesPerToken(info, arch, blockCount),
     embeddingOnly: EMBEDDING_ARCHS.has(arch) ||
       info.metadata.has(`${arch}.pooling_type`),
     chatTemplate: typeof template === "string" ? template : null,

@@ -397,6 +397,31 @@ export class LoadedLlama {
     return this.llama.symbols.llama_memory_seq_rm(this.memory, seq, from, -1);
   }
 
+  /** A copy of a sequence's KV cells in host memory, or null when it cannot be made. */
+  saveSeq(seq: number): Uint8Array | null {
+    const s = this.llama.symbols;
+    const size = Number(s.llama_state_seq_get_size(this.ctx, seq));
+    if (!(size > 0)) return null;
+    const buf = new Uint8Array(size);
+    const n = Number(
+      s.llama_state_seq_get_data(this.ctx, buf, BigInt(size), seq),
+    );
+    return n > 0 ? buf.subarray(0, n) : null;
+  }
+
+  /** Replaces a sequence's cells with a saved copy; false (and the sequence empty) when it did not fit. */
+  restoreSeq(seq: number, state: Uint8Array): boolean {
+    const n = this.llama.symbols.llama_state_seq_set_data(
+      this.ctx,
+      state as Uint8Array<ArrayBuffer>,
+      BigInt(state.length),
+      seq,
+    );
+    if (Number(n) > 0) return true;
+    this.clearSeq(seq);
+    return false;
+  }
+
   /** Mean-pooled, L2-normalised embeddings of each input. */
   embed(
     inputs: string[],
@@ -410,7 +435,7 @@ export class LoadedLlama {
       if (!this.#embedCtx) {
         throw new Error("Cannot create an embedding context");
       }
-      this.#embedBatch = new Batch(this.ctxPerSeq);
+      this.#embedBatch = new Batch(embedContext(this.opts));
     }
     const ctx = this.#embedCtx;
     const batch = this.#embedBatch!;
@@ -458,6 +483,15 @@ export class LoadedLlama {
   }
 }
 
+/**
+ * The embedding context: one input decoded whole, so its compute buffers
+ * grow with it; an agent-sized generation context (128k) would make them
+ * gigabytes.
+ */
+function embedContext(o: LoadOptions): number {
+  return Math.min(o.ctxPerSeq, 8192);
+}
+
 function contextParams(
   llama: Llama,
   o: LoadOptions,
@@ -466,13 +500,10 @@ function contextParams(
   const cp = llama.symbols.llama_context_default_params();
   const v = new DataView(cp.buffer);
   const seqs = embeddings ? 1 : o.slots;
-  v.setUint32(CP.n_ctx, o.ctxPerSeq * seqs, true);
-  v.setUint32(CP.n_batch, embeddings ? o.ctxPerSeq : o.batch, true);
-  v.setUint32(
-    CP.n_ubatch,
-    embeddings ? o.ctxPerSeq : Math.min(o.batch, 512),
-    true,
-  );
+  const ctx = embeddings ? embedContext(o) : o.ctxPerSeq * seqs;
+  v.setUint32(CP.n_ctx, ctx, true);
+  v.setUint32(CP.n_batch, embeddings ? ctx : o.batch, true);
+  v.setUint32(CP.n_ubatch, embeddings ? ctx : Math.min(o.batch, 512), true);
   v.setUint32(CP.n_seq_max, seqs, true);
   v.setInt32(CP.n_threads, o.threads, true);
   v.setInt32(CP.n_threads_batch, o.threads, true);

@@ -22,6 +22,8 @@ export interface ProcessOptions {
   slots: number;
   threads: number;
   batch: number;
+  /** Host memory for prefixes evicted from slots, bytes (prefix_store.ts; 0: none). */
+  prefixCacheBytes?: number;
   loadTimeoutMs?: number;
 }
 
@@ -224,7 +226,10 @@ export class ModelProcess {
     if (e.ev === "fatal") return fail(new Error(e.message));
     const fn = this.#listeners.get(e.id);
     if (!fn) return;
-    if (e.ev === "done" || e.ev === "error" || e.ev === "embedding") {
+    if (
+      e.ev === "done" || e.ev === "error" || e.ev === "embedding" ||
+      e.ev === "count"
+    ) {
       this.#listeners.delete(e.id);
     }
     fn(e);

@@ -51,6 +51,8 @@ export type ChildRequest =
     slots: number;
     threads: number;
     batch: number;
+    /** Host memory for prefixes evicted from slots, bytes (0 or absent: none). */
+    prefixCacheBytes?: number;
   }
   | {
     op: "generate";
@@ -63,6 +65,14 @@ export type ChildRequest =
     /** Render control tokens as text (tool-call markers such as `[TOOL_CALLS]`). */
     renderSpecial?: boolean;
     params: SamplingParams;
+  }
+  /** Tokenizes a prompt exactly as `generate` would, without generating. */
+  | {
+    op: "count";
+    id: string;
+    messages?: ChatMessage[];
+    prompt?: string;
+    templated?: boolean;
   }
   | { op: "cancel"; id: string }
   | { op: "embed"; id: string; inputs: string[] };
@@ -108,6 +118,8 @@ export type ChildEvent =
     peakBatch: number;
   }
   | { ev: "embedding"; id: string; vectors: number[][]; promptTokens: number }
+  /** A `count` answer: the prompt's tokens and the context per slot. */
+  | { ev: "count"; id: string; promptTokens: number; contextLength: number }
   | {
     ev: "error";
     id: string;
@@ -115,4 +127,8 @@ export type ChildEvent =
     code: string | null;
     message: string;
     param?: string | null;
+    /** context_length_exceeded: the prompt's tokens, the context, the completion tokens asked for (null: the prompt alone is too long). */
+    promptTokens?: number;
+    contextLength?: number;
+    completionTokens?: number | null;
   };

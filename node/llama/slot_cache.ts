@@ -3,14 +3,27 @@
  * with what a slot already holds skip that part of prefill.
  *
  * Every slot keeps the tokens its last sequence left in the cache (prompt
- * and generated text). A new prompt goes to the free slot with the longest
- * common prefix; without one (or on a tie) to the least recently used slot,
- * whose cache is then overwritten: eviction by recency. When another slot,
- * busy or free, holds a longer prefix (concurrent requests with one system
- * prompt, an agent's parallel calls), the least recently used free slot
- * takes it over: with one unified KV cache the cells are shared between
- * sequences, not copied. At least the prompt's last token is always decoded
- * again, because sampling needs its logits.
+ * and generated text). A new prompt may reuse a free slot's own cache in
+ * place (what follows the common prefix is dropped), or take over a free
+ * slot and share the longest prefix any slot holds, busy or free (with
+ * one unified KV cache the cells are shared between sequences, not
+ * copied). Each choice is scored by what it saves against what it
+ * destroys:
+ *
+ *     score = prompt tokens reused − cached tokens lost
+ *
+ * where the tokens lost are what the slot held beyond the reused prefix
+ * (all it held, when it takes a prefix from another slot), less a tail
+ * of LOST_FREE tokens not worth keeping (the end of an answer that the
+ * next turn re-renders differently). With a host-memory prefix cache
+ * (prefix_store.ts), a cache saved before it is overwritten is not lost
+ * but copied, and a saved prefix can be restored into a slot: each copied
+ * token counts COPY_COST of a prefilled one. The best score wins; on a tie, the
+ * slot's own cache in place, then the least recently used slot. So a
+ * request with a different first line never lands on the slot holding
+ * another conversation's long prefix while an empty or cheaper slot is
+ * free. At least the prompt's last token is always decoded again,
+ * because sampling needs its logits.
  */
 
 /** A slot given to a sequence, and how much of its prompt is already cached. */
@@ -20,6 +33,8 @@ export interface SlotGrant {
   reuse: number;
   /** The slot whose first `reuse` positions the sequence shares, or null for its own. */
   from: number | null;
+  /** Present when the prefix comes from host memory (prefix_store.ts): restore it into the slot first. */
+  restore?: true;
 }
 
 /** What a busy slot's sequence has decoded so far (positions 0 … n-1). */
@@ -49,6 +64,25 @@ export function commonPrefix(
 
 const EMPTY = new Int32Array(0);
 
+/** Cached tokens a choice may drop at no cost (see the module comment). */
+export const LOST_FREE = 32;
+/**
+ * What a token copied to or from host memory costs, in prefilled tokens:
+ * an estimate, not a measurement (a 7B model's 57 KB of KV per token copies
+ * in ~10 µs; prefilling a token takes ~1 ms on a laptop GPU, more on a CPU).
+ */
+export const COPY_COST = 1 / 64;
+
+/** The host-memory prefix cache as slot choice sees it (prefix_store.ts). */
+export interface HostPrefixes {
+  /** Prompt tokens a saved prefix would give back (0: none). */
+  restorable: number;
+  /** Whether a slot's cache, about to lose `lost` tokens, would be saved first. */
+  savable(held: Int32Array, lost: number): boolean;
+}
+
+const NO_HOST: HostPrefixes = { restorable: 0, savable: () => false };
+
 /** The slots of one context and what each has cached. */
 export class SlotCache {
   readonly #slots: SlotState[];
@@ -73,41 +107,80 @@ export class SlotCache {
 
   /**
    * Takes the free slot that reuses most of `prompt` (its own cache, or a
-   * prefix shared from a busy slot in `live` or another free slot), or null
-   * when all are busy.
+   * prefix shared from a busy slot in `live` or another free slot, or
+   * a prefix saved in host memory), or null when all are busy.
    */
-  acquire(prompt: Int32Array, live: LiveSlot[] = []): SlotGrant | null {
+  acquire(
+    prompt: Int32Array,
+    live: LiveSlot[] = [],
+    host: HostPrefixes = NO_HOST,
+  ): SlotGrant | null {
     const cap = Math.max(0, prompt.length - 1);
-    let own = -1;
-    let ownReuse = -1;
-    let lru = -1;
+    const free: { i: number; own: number }[] = [];
     let donor: number | null = null;
     let donorReuse = 0;
     for (let i = 0; i < this.#slots.length; i++) {
       const s = this.#slots[i]!;
       if (s.busy) continue;
-      const reuse = Math.min(commonPrefix(s.tokens, prompt), cap);
-      const older = (j: number) => s.usedAt < this.#slots[j]!.usedAt;
-      if (reuse > ownReuse || (reuse === ownReuse && older(own))) {
-        own = i;
-        ownReuse = reuse;
-      }
-      if (lru < 0 || older(lru)) lru = i;
-      if (reuse > donorReuse) [donor, donorReuse] = [i, reuse];
+      const own = Math.min(commonPrefix(s.tokens, prompt), cap);
+      free.push({ i, own });
+      if (own > donorReuse) [donor, donorReuse] = [i, own];
     }
-    if (own < 0) return null;
+    if (free.length === 0) return null;
     for (const l of live) {
       const reuse = Math.min(commonPrefix(l.tokens, prompt), cap);
       if (reuse > donorReuse) [donor, donorReuse] = [l.slot, reuse];
     }
-    const shared = donor !== null && donor !== own && donorReuse > ownReuse;
-    const slot = shared ? (lru === donor ? own : lru) : own;
-    const s = this.#slots[slot]!;
+    let best: SlotGrant | null = null;
+    let bestScore = -Infinity;
+    const consider = (g: SlotGrant, held: Int32Array, lost: number) => {
+      // a cache saved before it is overwritten is not lost: it costs a copy
+      let cost = lost <= LOST_FREE
+        ? 0
+        : host.savable(held, lost)
+        ? COPY_COST * held.length
+        : lost - LOST_FREE;
+      if (g.restore) cost += COPY_COST * g.reuse;
+      const score = g.reuse - cost;
+      const b = best;
+      const inPlace = (x: SlotGrant) => x.from === null && !x.restore;
+      const better = b === null || score > bestScore ||
+        (score === bestScore && (
+          (inPlace(g) && !inPlace(b)) ||
+          (inPlace(g) === inPlace(b) &&
+            this.#slots[g.slot]!.usedAt < this.#slots[b.slot]!.usedAt)
+        ));
+      if (better) [best, bestScore] = [g, score];
+    };
+    for (const { i, own } of free) {
+      const held = this.#slots[i]!.tokens;
+      consider({ slot: i, reuse: own, from: null }, held, held.length - own);
+      if (donor !== null && donor !== i && donorReuse > own) {
+        consider(
+          { slot: i, reuse: donorReuse, from: donor },
+          held,
+          held.length,
+        );
+      }
+      if (host.restorable > Math.max(own, donorReuse)) {
+        consider(
+          { slot: i, reuse: host.restorable, from: null, restore: true },
+          held,
+          held.length,
+        );
+      }
+    }
+    const grant = best!;
+    const s = this.#slots[grant.slot]!;
     s.busy = true;
     s.tokens = EMPTY;
-    return shared
-      ? { slot, reuse: donorReuse, from: donor }
-      : { slot, reuse: ownReuse, from: null };
+    return grant;
+  }
+
+  /** What each slot holds now (busy: null), for tests and the host cache. */
+  cached(slot: number): Int32Array | null {
+    const s = this.#slots[slot];
+    return s && !s.busy ? s.tokens : null;
   }
 
   /** Gives a slot back with the tokens its cache now holds (from position 0). */
