@@ -29,6 +29,7 @@ import {
   type StoredResponse,
 } from "../store/responses.ts";
 import { affinityOf } from "./affinity.ts";
+import { countPromptTokens, tokenCountHeaders } from "./count_tokens.ts";
 import { routeTenant } from "./router.ts";
 import type { AuthContext } from "./auth.ts";
 import {
@@ -331,9 +332,11 @@ export async function createResponse(
 
 /**
  * `POST /v1/responses/input_tokens`: the tokens of the prompt the same
- * request to `/v1/responses` would send, estimated as
- * `/v1/messages/count_tokens` estimates them (the chat validation's
- * `prompt.estimate`): `{"object":"response.input_tokens","input_tokens":N}`.
+ * request to `/v1/responses` would send, counted as
+ * `/v1/messages/count_tokens` counts them: rendered and tokenized by a node
+ * serving the model, exactly as it would be billed, or estimated when no
+ * node can count (`x-orchard-token-count` says which):
+ * `{"object":"response.input_tokens","input_tokens":N}`.
  */
 export async function countInputTokens(
   core: GatewayCore,
@@ -349,9 +352,21 @@ export async function countInputTokens(
     const m = core.resolveModel(ctx, r.model, "chat");
     const { body } = await translate(core, ctx, { ...r, stream: false }, m);
     const p = parseChat(body);
+    const n = await countPromptTokens(core, {
+      model: m.id,
+      body: p.body,
+      estimate: p.prompt.estimate,
+      tenantId: ctx.tenant.id,
+      signal: req.signal,
+      requestId,
+    });
     return json(
-      { object: "response.input_tokens", input_tokens: p.prompt.estimate },
-      { ...reportHeaders(r, body), "x-request-id": requestId },
+      { object: "response.input_tokens", input_tokens: n.tokens },
+      {
+        ...reportHeaders(r, body),
+        ...tokenCountHeaders(n),
+        "x-request-id": requestId,
+      },
     );
   } catch (e) {
     return fail(ex, e instanceof OpenAIError ? inResponsesTerms(e, paths) : e);

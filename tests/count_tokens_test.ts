@@ -134,6 +134,82 @@ const REQUESTS: Record<string, unknown>[] = [
   },
 ];
 
+const FN_TOOL = {
+  type: "function",
+  name: "exec_command",
+  description: "Runs a command",
+  strict: false,
+  parameters: {
+    type: "object",
+    properties: { cmd: { type: "string" } },
+    required: ["cmd"],
+  },
+};
+
+/** Ten Responses requests of the shapes Codex and the Agents SDK send. */
+const RESPONSES: Record<string, unknown>[] = [
+  { input: "Hello" },
+  { instructions: "You are a terse assistant.", input: "Name three fruits." },
+  {
+    input: [{
+      type: "message",
+      role: "developer",
+      content: [{ type: "input_text", text: "Follow the style guide." }],
+    }, {
+      type: "message",
+      role: "user",
+      content: [{ type: "input_text", text: "Fix main.ts" }],
+    }],
+  },
+  { tools: [FN_TOOL], input: "List the files" },
+  {
+    tools: [FN_TOOL, { type: "web_search", external_web_access: false }],
+    tool_choice: "auto",
+    input: "Search and list",
+  },
+  {
+    tools: [{
+      type: "namespace",
+      name: "multi_agent_v1",
+      description: "Sub-agents",
+      tools: [{ ...FN_TOOL, name: "close_agent" }],
+    }],
+    input: "Close the agent",
+  },
+  {
+    tools: [FN_TOOL],
+    input: [
+      { role: "user", content: "Read README.md" },
+      {
+        type: "function_call",
+        call_id: "call_1",
+        name: "exec_command",
+        arguments: '{"cmd":"cat README.md"}',
+      },
+      {
+        type: "function_call_output",
+        call_id: "call_1",
+        output: "# Orchard\nA gateway and nodes.",
+      },
+    ],
+  },
+  {
+    input: [
+      { role: "user", content: "What is 2 + 2?" },
+      { role: "assistant", content: "4" },
+      { role: "user", content: "And times 3?" },
+    ],
+  },
+  { input: "ünïcödé, 日本語 and emoji 🍐", prompt_cache_key: "s-1" },
+  {
+    instructions: "x".repeat(600),
+    input: "y ".repeat(200),
+    reasoning: { summary: "auto" },
+    client_metadata: { "x-codex-window-id": "w:0" },
+    store: false,
+  },
+];
+
 Deno.test("count_tokens equals the billed prompt tokens of the same request, and too-long prompts say N and M", async (t) => {
   await using c = await startCluster({ slots: 2 });
   const post = (path: string, body: unknown) =>
@@ -163,6 +239,43 @@ Deno.test("count_tokens equals the billed prompt tokens of the same request, and
           (body.usage.cache_read_input_tokens ?? 0);
         assert.equal(n, billed, `request ${i}: counted ${n}, billed ${billed}`);
         assert.ok(n > 0);
+      }
+    },
+  );
+
+  await t.step(
+    "10 varied Responses requests: /v1/responses/input_tokens = input tokens billed",
+    async () => {
+      const bearer = (path: string, body: unknown) =>
+        fetch(`${c.url}${path}`, {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${c.apiKey}`,
+            "content-type": "application/json",
+          },
+          body: JSON.stringify(body),
+        });
+      for (const [i, r] of RESPONSES.entries()) {
+        const req = {
+          model: "tiny",
+          max_output_tokens: 4,
+          temperature: 0,
+          ...r,
+        };
+        const counted = await bearer("/v1/responses/input_tokens", req);
+        const cbody = await counted.json();
+        assert.equal(counted.status, 200, JSON.stringify(cbody));
+        assert.equal(counted.headers.get("x-orchard-token-count"), "exact");
+        assert.equal(cbody.object, "response.input_tokens");
+        const res = await bearer("/v1/responses", req);
+        const body = await res.json();
+        assert.equal(res.status, 200, JSON.stringify(body));
+        assert.equal(
+          cbody.input_tokens,
+          body.usage.input_tokens,
+          `request ${i}: counted ${cbody.input_tokens}, billed ${body.usage.input_tokens}`,
+        );
+        assert.ok(cbody.input_tokens > 0);
       }
     },
   );
