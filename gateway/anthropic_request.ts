@@ -3,13 +3,20 @@
  * is honoured. Coding agents (Claude Code above all) send more than the
  * basic fields: `cache_control` on blocks and tools, `metadata.user_id`,
  * `thinking` and earlier turns' thinking blocks, `system` entries inside
- * `messages`, `service_tier`. Each is either honoured (translated or, where
- * it only permits or hints, satisfied as it stands) or refused with a 400
- * naming it, never dropped without a word.
+ * `messages`, `service_tier`, `context_management`, `output_config`,
+ * `safeguards`. Each is either honoured (translated or, where it only
+ * permits or hints, satisfied as it stands), accepted as a hint this
+ * gateway cannot act on and reported (`ignored`, sent back in the
+ * `x-orchard-ignored` header), or refused with a 400 naming it; never
+ * dropped without a word.
  */
 import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
 import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { openAIId } from "./normalise.ts";
+import {
+  type AppliedEdit,
+  applyContextManagement,
+} from "./anthropic_context.ts";
 import {
   checkModel,
   MAX_MESSAGES,
@@ -19,11 +26,22 @@ import {
 
 /**
  * Top-level fields and what becomes of them. Honoured as they stand:
- * - `metadata`: `user_id` becomes the chat `user` (metering and logs).
+ * - `metadata`: `user_id` becomes the chat `user` (metering and logs); when
+ *   it is Claude Code's JSON (`{"device_id", "session_id", …}`), its
+ *   `session_id` becomes the chat `prompt_cache_key` (routing affinity).
  * - `thinking`: an upper bound on reasoning tokens (`budget_tokens`),
- *   checked as Anthropic does; a model that does not reason answers without
- *   thinking blocks, which clients handle (Anthropic's own models may too).
+ *   checked as Anthropic does, or `adaptive`; a model that does not reason
+ *   answers without thinking blocks, which clients handle (Anthropic's own
+ *   models may too). Nodes get no reasoning switch (the llama engine has
+ *   none), so `enabled`/`adaptive` are reported as ignored.
  * - `service_tier`: every request here is served at the one standard tier.
+ * - `context_management`: applied here (anthropic_context.ts).
+ * - `output_config`: `format` becomes `response_format` (enforced);
+ *   `effort` is validated and reported as ignored.
+ * - `safeguards`: Anthropic's server-side classifier of tool calls; none
+ *   runs here, and no `safeguard_results` are returned, which Claude Code
+ *   reads as "server has no result" (auto mode falls back to its local
+ *   classifier). Reported as ignored.
  */
 const FIELDS = new Set([
   "model",
@@ -40,7 +58,32 @@ const FIELDS = new Set([
   "metadata",
   "thinking",
   "service_tier",
+  "context_management",
+  "output_config",
+  "safeguards",
 ]);
+
+/** `output_config.effort` values (Anthropic's, as of the effort beta). */
+const EFFORTS = new Set(["low", "medium", "high", "xhigh", "max"]);
+
+/**
+ * A system text block that changes on every request and says nothing to
+ * the model: Claude Code's billing line (`x-anthropic-billing-header:
+ * cc_version=…; cc_entrypoint=…; cch=…;`), the first system block. Left out
+ * so the prompt's prefix (and the node's prefix cache) stays the same.
+ */
+const VOLATILE_SYSTEM = /^x-anthropic-billing-header:/;
+
+/** An Anthropic request as a chat request, and what the answer reports. */
+export interface AnthropicRequest {
+  chat: ParsedRequest;
+  /** `context_management.applied_edits` (null: the request had no `context_management`). */
+  applied: AppliedEdit[] | null;
+  /** The prompt's estimated tokens before context edits (for count_tokens). */
+  originalTokens: number;
+  /** Hints accepted that had no effect here, by request path. */
+  ignored: string[];
+}
 
 /** Block types in `messages[].content`; `thinking` ones are dropped (see `block`). */
 const BLOCKS = new Set([
@@ -99,6 +142,24 @@ function toolName(v: unknown, at: string): string {
   return v;
 }
 
+/** `system` as text, without the volatile billing line. */
+function systemText(content: unknown, at: string): string {
+  if (typeof content === "string") {
+    const nl = content.indexOf("\n");
+    const first = nl < 0 ? content : content.slice(0, nl);
+    return VOLATILE_SYSTEM.test(first)
+      ? (nl < 0 ? "" : content.slice(nl + 1))
+      : content;
+  }
+  if (!Array.isArray(content)) return textOf(content, at);
+  const all = textOf(content, at); // validates every block, at its own path
+  const blocks = content as { text: string }[];
+  return blocks.some((b) => VOLATILE_SYSTEM.test(b.text))
+    ? blocks.filter((b) => !VOLATILE_SYSTEM.test(b.text)).map((b) => b.text)
+      .join("")
+    : all;
+}
+
 function toolTools(tools: unknown): Record<string, unknown>[] {
   if (!Array.isArray(tools)) throw bad("tools", "must be an array");
   return tools.map((t, i) => {
@@ -115,11 +176,16 @@ function toolTools(tools: unknown): Record<string, unknown>[] {
       throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
     }
     cacheControl(t.cache_control, `tools.${i}`);
+    if (t.strict !== undefined && typeof t.strict !== "boolean") {
+      throw bad(`tools.${i}.strict`, "must be a boolean");
+    }
     const fn: Record<string, unknown> = {
       name: toolName(t.name, `tools.${i}.name`),
     };
     if (typeof t.description === "string") fn.description = t.description;
     if (isObj(t.input_schema)) fn.parameters = t.input_schema;
+    // strict: the arguments must match the schema exactly (no loosened grammar)
+    if (t.strict === true) fn.strict = true;
     return { type: "function", function: fn };
   });
 }
@@ -138,12 +204,33 @@ function image(b: Record<string, unknown>, at: string): unknown {
   throw bad(`${at}.source`, "must be a base64 or url image source");
 }
 
-function thinking(v: unknown, maxTokens: number): void {
-  if (v === undefined || v === null) return;
+/**
+ * Checks `thinking`; returns whether it asks for reasoning (enabled or
+ * adaptive). `display` says how thinking is shown: with no thinking blocks
+ * in the answer there is nothing to show.
+ */
+function thinking(v: unknown, maxTokens: number): boolean {
+  if (v === undefined || v === null) return false;
   if (!isObj(v)) throw bad("thinking", "must be an object");
-  if (v.type === "disabled") return;
+  for (const k of Object.keys(v)) {
+    if (!["type", "budget_tokens", "display"].includes(k)) {
+      throw refuse(`thinking.${k}`, "is not a known field");
+    }
+  }
+  const d = v.display;
+  if (
+    d !== undefined && d !== null &&
+    !(typeof d === "string" && ["summarized", "omitted", "updates"].includes(d))
+  ) {
+    throw bad(
+      "thinking.display",
+      'must be "summarized", "omitted" or "updates"',
+    );
+  }
+  if (v.type === "disabled") return false;
+  if (v.type === "adaptive") return true;
   if (v.type !== "enabled") {
-    throw bad("thinking.type", 'must be "enabled" or "disabled"');
+    throw bad("thinking.type", 'must be "enabled", "adaptive" or "disabled"');
   }
   const b = v.budget_tokens;
   if (!Number.isSafeInteger(b) || (b as number) < 1024) {
@@ -152,6 +239,57 @@ function thinking(v: unknown, maxTokens: number): void {
   if ((b as number) >= maxTokens) {
     throw bad("thinking.budget_tokens", "must be less than max_tokens");
   }
+  return true;
+}
+
+/** Reads `output_config`: whether it sets an effort, and the response format it asks for. */
+function outputConfig(
+  v: unknown,
+): { effort: boolean; format: Record<string, unknown> | null } {
+  if (v === undefined || v === null) return { effort: false, format: null };
+  if (!isObj(v)) throw bad("output_config", "must be an object");
+  for (const k of Object.keys(v)) {
+    if (
+      k !== "effort" && k !== "format" && v[k] !== undefined && v[k] !== null
+    ) {
+      throw refuse(`output_config.${k}`, "is not supported by this gateway");
+    }
+  }
+  const e = v.effort;
+  if (e !== undefined && e !== null && !EFFORTS.has(e as string)) {
+    throw bad(
+      "output_config.effort",
+      `must be one of ${[...EFFORTS].join(", ")}`,
+    );
+  }
+  const f = v.format;
+  let format: Record<string, unknown> | null = null;
+  if (f !== undefined && f !== null) {
+    if (!isObj(f) || f.type !== "json_schema" || !isObj(f.schema)) {
+      throw bad(
+        "output_config.format",
+        'must be {"type": "json_schema", "schema": {…}}',
+      );
+    }
+    // Anthropic's structured outputs guarantee the schema: enforced exactly
+    format = {
+      type: "json_schema",
+      json_schema: { name: "output", schema: f.schema, strict: true },
+    };
+  }
+  return { effort: e !== undefined && e !== null, format };
+}
+
+/** `safeguards`: an array of typed requests for server-side checks, none of which run here. */
+function safeguards(v: unknown): boolean {
+  if (v === undefined || v === null) return false;
+  if (
+    !Array.isArray(v) ||
+    !v.every((s) => isObj(s) && typeof s.type === "string")
+  ) {
+    throw bad("safeguards", "must be an array of objects with a type");
+  }
+  return v.length > 0;
 }
 
 function metadataUser(v: unknown): string | undefined {
@@ -165,6 +303,19 @@ function metadataUser(v: unknown): string | undefined {
     throw bad("metadata.user_id", "must be a string of at most 256 characters");
   }
   return v.user_id;
+}
+
+/** Claude Code's `user_id` is JSON with a `session_id`: one conversation's stable key. */
+function sessionOf(user: string): string | null {
+  if (!user.startsWith("{")) return null;
+  try {
+    const id = (JSON.parse(user) as Record<string, unknown>)?.session_id;
+    return typeof id === "string" && id.length > 0 && id.length <= 128
+      ? id
+      : null;
+  } catch {
+    return null;
+  }
 }
 
 /** One message's content blocks → OpenAI messages (tool results become their own). */
@@ -247,9 +398,10 @@ function message(
 
 /**
  * Translates an Anthropic request into an OpenAI chat body (validating as it
- * goes), then validates that body as any chat request is.
+ * goes, applying `context_management`), then validates that body as any
+ * chat request is.
  */
-export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
+export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
   for (const k of Object.keys(body)) {
     if (!FIELDS.has(k) && body[k] !== undefined) {
       throw refuse(k, "is not supported by this gateway");
@@ -263,7 +415,11 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
   ) {
     throw bad("max_tokens", "Field required: an integer from 1");
   }
-  thinking(body.thinking, maxTokens as number);
+  const ignored: string[] = [];
+  if (thinking(body.thinking, maxTokens as number)) ignored.push("thinking");
+  const config = outputConfig(body.output_config);
+  if (config.effort) ignored.push("output_config.effort");
+  if (safeguards(body.safeguards)) ignored.push("safeguards");
   const tier = body.service_tier;
   if (
     tier !== undefined && tier !== null && tier !== "auto" &&
@@ -271,17 +427,19 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
   ) {
     throw bad("service_tier", 'must be "auto" or "standard_only"');
   }
-  const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) {
+  if (!Array.isArray(body.messages) || body.messages.length === 0) {
     throw bad("messages", "must be a non-empty array");
   }
-  if (msgs.length > MAX_MESSAGES) {
+  if (body.messages.length > MAX_MESSAGES) {
     throw bad("messages", `must hold at most ${MAX_MESSAGES} items`);
   }
+  const edits = applyContextManagement(body);
+  const msgs = edits?.messages ?? body.messages;
   const out: Record<string, unknown>[] = [];
   const sys = body.system;
   if (sys !== undefined && sys !== null) {
-    out.push({ role: "system", content: textOf(sys, "system") });
+    const text = systemText(sys, "system");
+    if (text) out.push({ role: "system", content: text });
   }
   msgs.forEach((m, i) => {
     // Claude Code and other agents put `system` entries between turns (the
@@ -289,7 +447,7 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     if (isObj(m) && m.role === "system") {
       return out.push({
         role: "system",
-        content: textOf(m.content, `messages.${i}.content`),
+        content: systemText(m.content, `messages.${i}.content`),
       });
     }
     if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
@@ -303,7 +461,12 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     max_tokens: maxTokens,
   };
   const user = metadataUser(body.metadata);
-  if (user !== undefined) chat.user = user;
+  if (user !== undefined) {
+    chat.user = user;
+    const session = sessionOf(user);
+    if (session !== null) chat.prompt_cache_key = session;
+  }
+  if (config.format) chat.response_format = config.format;
   for (const f of ["temperature", "top_p", "top_k"]) {
     if (body[f] !== undefined) {
       if (typeof body[f] !== "number") throw bad(f, "must be a number");
@@ -340,5 +503,13 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     throw bad("stream", "must be a boolean");
   }
   chat.stream = body.stream === true;
-  return parseChat(chat);
+  const parsed = parseChat(chat);
+  const cleared = (edits?.applied ?? [])
+    .reduce((n, e) => n + e.cleared_input_tokens, 0);
+  return {
+    chat: parsed,
+    applied: edits?.applied ?? null,
+    originalTokens: parsed.prompt.estimate + cleared,
+    ignored,
+  };
 }
