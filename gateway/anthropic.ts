@@ -306,7 +306,7 @@ export async function messages(
       affinityOf(p.body),
       routeTenant(ctx),
     );
-    ex.routed(up.slot);
+    ex.routed(up.slot, up.notes);
     const headers: Record<string, string> = {
       ...ex.headers,
       "x-request-id": requestId,
