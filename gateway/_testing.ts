@@ -34,6 +34,10 @@ export interface Script {
   stallAfter?: number;
   /** Answer with this status and OpenAI error body instead. */
   status?: number;
+  /** That error's code and message (default "scripted", "scripted failure"). */
+  error?: { code: string; message: string };
+  /** Headers of a 200 answer (an engine's notes, e.g. x-orchard-tool-grammar). */
+  headers?: Record<string, string>;
   /** Wait before the first chunk (prefill). */
   prefillMs?: number;
   /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
@@ -92,9 +96,9 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       if (s.status) {
         return Response.json({
           error: {
-            message: "scripted failure",
+            message: s.error?.message ?? "scripted failure",
             type: "server_error",
-            code: "scripted",
+            code: s.error?.code ?? "scripted",
           },
         }, {
           status: s.status,
@@ -157,6 +161,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
                 total_tokens: prompt + words.length,
               },
             },
+          { headers: s.headers },
         );
       }
       const object = s.exoQuirks
@@ -285,7 +290,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
         },
       });
       return new Response(stream, {
-        headers: { "content-type": "text/event-stream" },
+        headers: { "content-type": "text/event-stream", ...s.headers },
       });
     },
   );
