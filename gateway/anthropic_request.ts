@@ -10,9 +10,16 @@
  * `x-orchard-ignored` header), or refused with a 400 naming it; never
  * dropped without a word.
  */
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
-import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { openAIId } from "./normalise.ts";
+import {
+  bad,
+  cacheControl,
+  isObj,
+  refuse,
+  textOf,
+  toolName,
+} from "./_anthropic_checks.ts";
+import { AnthropicTools } from "./anthropic_tools.ts";
 import {
   type AppliedEdit,
   applyContextManagement,
@@ -95,53 +102,6 @@ const BLOCKS = new Set([
   "redacted_thinking",
 ]);
 
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
-
-function bad(param: string, message: string): OpenAIError {
-  return new OpenAIError(400, "invalid_value", `${param}: ${message}`, {
-    param,
-  });
-}
-
-function refuse(param: string, why: string): OpenAIError {
-  return unsupportedParam(param, `${param}: ${why}`);
-}
-
-/** `cache_control` is a prompt-caching hint: the llama engine caches prefixes on its own. */
-function cacheControl(v: unknown, at: string): void {
-  if (v === undefined || v === null) return;
-  if (!isObj(v) || v.type !== "ephemeral") {
-    throw bad(`${at}.cache_control`, 'must be {"type": "ephemeral"}');
-  }
-}
-
-/** A block array or string of text blocks, as text (system, tool results). */
-function textOf(content: unknown, at: string): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) {
-    throw bad(at, "must be a string or an array of text blocks");
-  }
-  return content.map((b, k) => {
-    if (!isObj(b) || b.type !== "text" || typeof b.text !== "string") {
-      const type = isObj(b) ? String(b.type).slice(0, 40) : typeof b;
-      throw refuse(
-        `${at}.${k}`,
-        `only text blocks are supported here, not ${type}`,
-      );
-    }
-    cacheControl(b.cache_control, `${at}.${k}`);
-    return b.text;
-  }).join("");
-}
-
-function toolName(v: unknown, at: string): string {
-  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
-    throw bad(at, `must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
-
 /** `system` as text, without the volatile billing line. */
 function systemText(content: unknown, at: string): string {
   if (typeof content === "string") {
@@ -158,36 +118,6 @@ function systemText(content: unknown, at: string): string {
     ? blocks.filter((b) => !VOLATILE_SYSTEM.test(b.text)).map((b) => b.text)
       .join("")
     : all;
-}
-
-function toolTools(tools: unknown): Record<string, unknown>[] {
-  if (!Array.isArray(tools)) throw bad("tools", "must be an array");
-  return tools.map((t, i) => {
-    if (!isObj(t)) throw bad(`tools.${i}`, "must be an object");
-    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
-      throw refuse(
-        `tools.${i}.type`,
-        `server tools (${
-          String(t.type).slice(0, 64)
-        }) are not supported; declare a custom tool`,
-      );
-    }
-    if (t.input_schema !== undefined && !isObj(t.input_schema)) {
-      throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
-    }
-    cacheControl(t.cache_control, `tools.${i}`);
-    if (t.strict !== undefined && typeof t.strict !== "boolean") {
-      throw bad(`tools.${i}.strict`, "must be a boolean");
-    }
-    const fn: Record<string, unknown> = {
-      name: toolName(t.name, `tools.${i}.name`),
-    };
-    if (typeof t.description === "string") fn.description = t.description;
-    if (isObj(t.input_schema)) fn.parameters = t.input_schema;
-    // strict: the arguments must match the schema exactly (no loosened grammar)
-    if (t.strict === true) fn.strict = true;
-    return { type: "function", function: fn };
-  });
 }
 
 function image(b: Record<string, unknown>, at: string): unknown {
@@ -323,6 +253,7 @@ function message(
   m: Record<string, unknown>,
   i: number,
   out: Record<string, unknown>[],
+  tools: AnthropicTools,
 ): void {
   const c = m.content;
   if (typeof c === "string") {
@@ -371,7 +302,7 @@ function message(
       }
       const text = b.content === undefined || b.content === null
         ? ""
-        : textOf(b.content, `${at}.content`);
+        : tools.resultText(b.content, `${at}.content`);
       out.push({
         role: "tool",
         tool_call_id: b.tool_use_id,
@@ -436,6 +367,7 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
   const edits = applyContextManagement(body);
   const msgs = edits?.messages ?? body.messages;
   const out: Record<string, unknown>[] = [];
+  const tools = new AnthropicTools();
   const sys = body.system;
   if (sys !== undefined && sys !== null) {
     const text = systemText(sys, "system");
@@ -444,16 +376,15 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
   msgs.forEach((m, i) => {
     // Claude Code and other agents put `system` entries between turns (the
     // Messages API took them in late 2025): they stay system messages, in place
+    // (and tool additions or removals: anthropic_tools.ts)
     if (isObj(m) && m.role === "system") {
-      return out.push({
-        role: "system",
-        content: systemText(m.content, `messages.${i}.content`),
-      });
+      const content = tools.systemText(m.content, `messages.${i}.content`);
+      return content ? out.push({ role: "system", content }) : 0;
     }
     if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
       throw bad(`messages.${i}.role`, "must be user, assistant or system");
     }
-    message(m, i, out);
+    message(m, i, out, tools);
   });
   const chat: Record<string, unknown> = {
     model,
@@ -480,9 +411,8 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
     }
     chat.stop = s;
   }
-  if (body.tools !== undefined && body.tools !== null) {
-    chat.tools = toolTools(body.tools);
-  }
+  const offered = tools.chatTools(body.tools);
+  if (offered !== null) chat.tools = offered;
   const tc = body.tool_choice;
   if (tc !== undefined && tc !== null) {
     if (!isObj(tc)) throw bad("tool_choice", "must be an object");

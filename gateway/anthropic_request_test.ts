@@ -198,3 +198,107 @@ Deno.test("contextOverflowMessage() gives Anthropic's texts with the node's numb
   );
   assert.equal(contextOverflowMessage("Input is too long"), null);
 });
+
+Deno.test("toOpenAI(): deferred tools are offered once a tool_reference loads them (Claude Code's ToolSearch)", () => {
+  const tools = [
+    { name: "ToolSearch", input_schema: { type: "object" } },
+    {
+      name: "WebFetch",
+      input_schema: { type: "object", properties: { url: { type: "string" } } },
+      defer_loading: true,
+    },
+    {
+      name: "DeferredToolPlaceholder",
+      input_schema: { type: "object", properties: {} },
+      defer_loading: true,
+    },
+  ];
+  const names = (a: ReturnType<typeof toOpenAI>) =>
+    (a.chat.body.tools as { function: Obj }[]).map((t) => t.function.name);
+  // first turn: nothing loaded yet
+  assert.deepEqual(names(toOpenAI(base({ tools }))), ["ToolSearch"]);
+  // the next turn, as Claude Code 2.1.328 sends it after ToolSearch ran
+  const a = toOpenAI(base({
+    tools,
+    messages: [
+      { role: "user", content: "find a web fetch tool" },
+      {
+        role: "assistant",
+        content: [{
+          type: "tool_use",
+          id: "toolu_search1",
+          name: "ToolSearch",
+          input: { query: "select:WebFetch", max_results: 1 },
+        }],
+      },
+      {
+        role: "user",
+        content: [{
+          type: "tool_result",
+          tool_use_id: "toolu_search1",
+          content: [{ type: "tool_reference", tool_name: "WebFetch" }],
+          cache_control: { type: "ephemeral" },
+        }],
+      },
+    ],
+  }));
+  assert.deepEqual(names(a), ["ToolSearch", "WebFetch"]);
+  assert.deepEqual((a.chat.body.messages as Obj[]).at(-1), {
+    role: "tool",
+    tool_call_id: "toolu_search1",
+    content: "Tool loaded: WebFetch\n",
+  });
+  refusedAt(
+    base({ tools: [{ name: "A", input_schema: {}, defer_loading: "y" }] }),
+    "tools.0.defer_loading",
+  );
+});
+
+Deno.test("toOpenAI(): tool_addition and tool_removal in a system entry change the tools offered", () => {
+  const a = toOpenAI(base({
+    tools: [
+      { name: "Read", input_schema: { type: "object" } },
+      { name: "Bash", input_schema: { type: "object" } },
+    ],
+    messages: [
+      { role: "user", content: "hi" },
+      {
+        role: "system",
+        content: [
+          {
+            type: "tool_addition",
+            tool: {
+              type: "tool_definition",
+              definition: {
+                name: "mcp__db__query",
+                description: "Run a query",
+                input_schema: { type: "object" },
+              },
+            },
+          },
+          {
+            type: "tool_removal",
+            tool: { type: "tool_reference", name: "Bash" },
+          },
+          { type: "text", text: "The db server connected." },
+        ],
+      },
+    ],
+  }));
+  const fns = (a.chat.body.tools as { function: Obj }[]).map((t) => t.function);
+  assert.deepEqual(fns.map((f) => f.name), ["Read", "mcp__db__query"]);
+  assert.equal(fns[1]!.description, "Run a query");
+  assert.deepEqual((a.chat.body.messages as Obj[]).at(-1), {
+    role: "system",
+    content: "The db server connected.",
+  });
+  refusedAt(
+    base({
+      messages: [{
+        role: "system",
+        content: [{ type: "tool_addition", tool: { type: "x" } }],
+      }, { role: "user", content: "hi" }],
+    }),
+    "messages.0.content.0.tool",
+  );
+});
