@@ -335,13 +335,19 @@ export class LlamaEngine implements Engine {
       );
     }
     const model = st.entry.id;
-    const res = req.stream
-      ? streamResponse(prepared.output, model, q, () => proc.cancel(id))
-      : await completeResponse(prepared.output, model, q);
-    if (prepared.loose.length > 0) {
-      res.headers.set(TOOL_GRAMMAR_HEADER, toolGrammarNote(prepared.loose));
+    const notes: Record<string, string> = prepared.loose.length > 0
+      ? { [TOOL_GRAMMAR_HEADER]: toolGrammarNote(prepared.loose) }
+      : {};
+    if (req.stream) {
+      return streamResponse(
+        prepared.output,
+        model,
+        q,
+        () => proc.cancel(id),
+        notes,
+      );
     }
-    return res;
+    return await completeResponse(prepared.output, model, q, notes);
   }
 
   /**
