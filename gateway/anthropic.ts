@@ -357,7 +357,12 @@ export async function countTokens(
   try {
     const ctx = await ex.authenticate(req, "chat");
     const body = await readBody(core, req);
-    body.max_tokens ??= 1;
+    // count_tokens has no max_tokens; a thinking budget must stay below it
+    const budget = (body.thinking as { budget_tokens?: unknown } | null)
+      ?.budget_tokens;
+    body.max_tokens ??= Number.isSafeInteger(budget)
+      ? (budget as number) + 1
+      : 1;
     const a = toOpenAI(body);
     core.resolveModel(ctx, a.chat.model, "chat");
     const count: Record<string, unknown> = {

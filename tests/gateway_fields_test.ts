@@ -482,3 +482,19 @@ Deno.test("the node's x-orchard-tool-grammar note reaches the client on chat, Re
     await w.close();
   }
 });
+
+Deno.test("count_tokens takes the thinking and output_config a Messages request carries", async () => {
+  const w = await createWorld();
+  try {
+    const res = await w.post("/v1/messages/count_tokens", {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      thinking: { type: "enabled", budget_tokens: 2048 },
+      output_config: { effort: "low" },
+    });
+    assert.equal(res.status, 200);
+    assert.ok((await res.json()).input_tokens > 0);
+  } finally {
+    await w.close();
+  }
+});
