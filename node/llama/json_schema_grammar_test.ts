@@ -17,6 +17,8 @@ import {
   jsonSchemaToGbnf,
   SchemaError,
 } from "./json_schema_grammar.ts";
+import { outputGrammar } from "./constraints.ts";
+import { parseOutputControls } from "../../lib/openai_output_controls.ts";
 
 let shared: Promise<{ llama: Llama; m: LoadedLlama; dir: string }> | null =
   null;
@@ -930,6 +932,26 @@ test("jsonSchemaToGbnf() takes propertyNames that every object meets (Claude Cod
     "propertyNames",
     /unsupported keyword/,
   );
+});
+
+test("llama.cpp takes the tool-call grammar of Claude Code's 24 interactive tools, one of them loosened", async () => {
+  const capture = JSON.parse(
+    await Deno.readTextFile(
+      new URL(
+        "../../tests/fixtures/agents/claude_code_interactive.json",
+        import.meta.url,
+      ),
+    ),
+  );
+  const tools = (capture.body.tools as Record<string, unknown>[]).map((t) => ({
+    type: "function",
+    function: { name: t.name, parameters: t.input_schema },
+  }));
+  for (const family of ["hermes", "llama3", "mistral"] as const) {
+    const g = outputGrammar(parseOutputControls({ tools }), family);
+    assert.deepEqual(g.loose, ["SendMessage"]);
+    await accepted(g.spec!.gbnf);
+  }
 });
 
 test("the shared fixture model closes", async () => {
