@@ -20,6 +20,7 @@ import {
   toolName,
 } from "./_anthropic_checks.ts";
 import { AnthropicTools } from "./anthropic_tools.ts";
+import { readHints } from "./anthropic_hints.ts";
 import {
   type AppliedEdit,
   applyContextManagement,
@@ -32,23 +33,16 @@ import {
 } from "./validate.ts";
 
 /**
- * Top-level fields and what becomes of them. Honoured as they stand:
- * - `metadata`: `user_id` becomes the chat `user` (metering and logs); when
- *   it is Claude Code's JSON (`{"device_id", "session_id", …}`), its
- *   `session_id` becomes the chat `prompt_cache_key` (routing affinity).
- * - `thinking`: an upper bound on reasoning tokens (`budget_tokens`),
- *   checked as Anthropic does, or `adaptive`; a model that does not reason
- *   answers without thinking blocks, which clients handle (Anthropic's own
- *   models may too). Nodes get no reasoning switch (the llama engine has
- *   none), so `enabled`/`adaptive` are reported as ignored.
+ * Top-level fields; what becomes of each (README's Anthropic field table):
+ * - `metadata`, `thinking`, `output_config`, `safeguards`: hints, read in
+ *   anthropic_hints.ts (`metadata.user_id` is the chat `user`, Claude
+ *   Code's session id the `prompt_cache_key`; `output_config.format` an
+ *   enforced `response_format`; the others have no effect on nodes and are
+ *   reported as ignored).
+ * - `context_management`: applied here, before translation
+ *   (anthropic_context.ts).
+ * - `tools`: anthropic_tools.ts (tool search, tool changes).
  * - `service_tier`: every request here is served at the one standard tier.
- * - `context_management`: applied here (anthropic_context.ts).
- * - `output_config`: `format` becomes `response_format` (enforced);
- *   `effort` is validated and reported as ignored.
- * - `safeguards`: Anthropic's server-side classifier of tool calls; none
- *   runs here, and no `safeguard_results` are returned, which Claude Code
- *   reads as "server has no result" (auto mode falls back to its local
- *   classifier). Reported as ignored.
  */
 const FIELDS = new Set([
   "model",
@@ -69,9 +63,6 @@ const FIELDS = new Set([
   "output_config",
   "safeguards",
 ]);
-
-/** `output_config.effort` values (Anthropic's, as of the effort beta). */
-const EFFORTS = new Set(["low", "medium", "high", "xhigh", "max"]);
 
 /**
  * A system text block that changes on every request and says nothing to
@@ -132,120 +123,6 @@ function image(b: Record<string, unknown>, at: string): unknown {
     return { type: "image_url", image_url: { url: s.url } };
   }
   throw bad(`${at}.source`, "must be a base64 or url image source");
-}
-
-/**
- * Checks `thinking`; returns whether it asks for reasoning (enabled or
- * adaptive). `display` says how thinking is shown: with no thinking blocks
- * in the answer there is nothing to show.
- */
-function thinking(v: unknown, maxTokens: number): boolean {
-  if (v === undefined || v === null) return false;
-  if (!isObj(v)) throw bad("thinking", "must be an object");
-  for (const k of Object.keys(v)) {
-    if (!["type", "budget_tokens", "display"].includes(k)) {
-      throw refuse(`thinking.${k}`, "is not a known field");
-    }
-  }
-  const d = v.display;
-  if (
-    d !== undefined && d !== null &&
-    !(typeof d === "string" && ["summarized", "omitted", "updates"].includes(d))
-  ) {
-    throw bad(
-      "thinking.display",
-      'must be "summarized", "omitted" or "updates"',
-    );
-  }
-  if (v.type === "disabled") return false;
-  if (v.type === "adaptive") return true;
-  if (v.type !== "enabled") {
-    throw bad("thinking.type", 'must be "enabled", "adaptive" or "disabled"');
-  }
-  const b = v.budget_tokens;
-  if (!Number.isSafeInteger(b) || (b as number) < 1024) {
-    throw bad("thinking.budget_tokens", "must be an integer ≥ 1024");
-  }
-  if ((b as number) >= maxTokens) {
-    throw bad("thinking.budget_tokens", "must be less than max_tokens");
-  }
-  return true;
-}
-
-/** Reads `output_config`: whether it sets an effort, and the response format it asks for. */
-function outputConfig(
-  v: unknown,
-): { effort: boolean; format: Record<string, unknown> | null } {
-  if (v === undefined || v === null) return { effort: false, format: null };
-  if (!isObj(v)) throw bad("output_config", "must be an object");
-  for (const k of Object.keys(v)) {
-    if (
-      k !== "effort" && k !== "format" && v[k] !== undefined && v[k] !== null
-    ) {
-      throw refuse(`output_config.${k}`, "is not supported by this gateway");
-    }
-  }
-  const e = v.effort;
-  if (e !== undefined && e !== null && !EFFORTS.has(e as string)) {
-    throw bad(
-      "output_config.effort",
-      `must be one of ${[...EFFORTS].join(", ")}`,
-    );
-  }
-  const f = v.format;
-  let format: Record<string, unknown> | null = null;
-  if (f !== undefined && f !== null) {
-    if (!isObj(f) || f.type !== "json_schema" || !isObj(f.schema)) {
-      throw bad(
-        "output_config.format",
-        'must be {"type": "json_schema", "schema": {…}}',
-      );
-    }
-    // Anthropic's structured outputs guarantee the schema: enforced exactly
-    format = {
-      type: "json_schema",
-      json_schema: { name: "output", schema: f.schema, strict: true },
-    };
-  }
-  return { effort: e !== undefined && e !== null, format };
-}
-
-/** `safeguards`: an array of typed requests for server-side checks, none of which run here. */
-function safeguards(v: unknown): boolean {
-  if (v === undefined || v === null) return false;
-  if (
-    !Array.isArray(v) ||
-    !v.every((s) => isObj(s) && typeof s.type === "string")
-  ) {
-    throw bad("safeguards", "must be an array of objects with a type");
-  }
-  return v.length > 0;
-}
-
-function metadataUser(v: unknown): string | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (!isObj(v)) throw bad("metadata", "must be an object");
-  for (const k of Object.keys(v)) {
-    if (k !== "user_id") throw refuse(`metadata.${k}`, "is not a known field");
-  }
-  if (v.user_id === undefined || v.user_id === null) return undefined;
-  if (typeof v.user_id !== "string" || v.user_id.length > 256) {
-    throw bad("metadata.user_id", "must be a string of at most 256 characters");
-  }
-  return v.user_id;
-}
-
-/** Claude Code's `user_id` is JSON with a `session_id`: one conversation's stable key. */
-function sessionOf(user: string): string | null {
-  if (!user.startsWith("{")) return null;
-  try {
-    const id = (JSON.parse(user) as Record<string, unknown>)?.session_id;
-    return typeof id === "string" && id.length > 0 && id.length <= 128
-      ? id
-      : null;
-  } catch {
-    return null;
-  }
 }
 
 /** One message's content blocks → OpenAI messages (tool results become their own). */
@@ -346,11 +223,7 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
   ) {
     throw bad("max_tokens", "Field required: an integer from 1");
   }
-  const ignored: string[] = [];
-  if (thinking(body.thinking, maxTokens as number)) ignored.push("thinking");
-  const config = outputConfig(body.output_config);
-  if (config.effort) ignored.push("output_config.effort");
-  if (safeguards(body.safeguards)) ignored.push("safeguards");
+  const hints = readHints(body, maxTokens as number);
   const tier = body.service_tier;
   if (
     tier !== undefined && tier !== null && tier !== "auto" &&
@@ -391,13 +264,9 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
     messages: out,
     max_tokens: maxTokens,
   };
-  const user = metadataUser(body.metadata);
-  if (user !== undefined) {
-    chat.user = user;
-    const session = sessionOf(user);
-    if (session !== null) chat.prompt_cache_key = session;
-  }
-  if (config.format) chat.response_format = config.format;
+  if (hints.user !== null) chat.user = hints.user;
+  if (hints.session !== null) chat.prompt_cache_key = hints.session;
+  if (hints.format) chat.response_format = hints.format;
   for (const f of ["temperature", "top_p", "top_k"]) {
     if (body[f] !== undefined) {
       if (typeof body[f] !== "number") throw bad(f, "must be a number");
@@ -440,6 +309,6 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
     chat: parsed,
     applied: edits?.applied ?? null,
     originalTokens: parsed.prompt.estimate + cleared,
-    ignored,
+    ignored: hints.ignored,
   };
 }
