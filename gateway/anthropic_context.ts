@@ -129,6 +129,8 @@ function toolUses(messages: Obj[]): ToolUse[] {
   return uses;
 }
 
+const loadsTools = (b: unknown) => isObj(b) && b.type === "tool_reference";
+
 /** Copies the messages deep enough that blocks can be replaced without touching the client's body. */
 function copyMessages(messages: unknown[]): Obj[] {
   return messages.map((m) =>
@@ -186,6 +188,8 @@ function clearToolUses(
   for (const u of cleared) {
     let freed = 0;
     for (const r of u.results) {
+      // a tool search's result loads deferred tools (anthropic_tools.ts): kept
+      if (Array.isArray(r.content) && r.content.some(loadsTools)) continue;
       const before = tokensOf(r.content ?? "");
       if (before <= tokensOf(CLEARED_RESULT)) continue;
       freed += before - tokensOf(CLEARED_RESULT);

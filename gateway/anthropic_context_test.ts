@@ -208,3 +208,28 @@ Deno.test("malformed or unsupported edits are refused naming the field", () => {
     );
   }
 });
+
+Deno.test("clear_tool_uses_20250919 keeps the results that load deferred tools (tool_reference)", () => {
+  const messages = conversation(5, 2000);
+  (messages[2]!.content as Obj[])[0]!.content = [
+    { type: "tool_reference", tool_name: "WebFetch" },
+  ];
+  const r = applyContextManagement({
+    messages,
+    context_management: {
+      edits: [{
+        type: "clear_tool_uses_20250919",
+        trigger: { type: "tool_uses", value: 1 },
+        keep: { type: "tool_uses", value: 1 },
+      }],
+    },
+  })!;
+  assert.deepEqual(results(r.messages), [
+    [{ type: "tool_reference", tool_name: "WebFetch" }],
+    CLEARED_RESULT,
+    CLEARED_RESULT,
+    CLEARED_RESULT,
+    "x".repeat(2000),
+  ]);
+  assert.equal((r.applied[0] as Obj).cleared_tool_uses, 3);
+});
