@@ -36,6 +36,10 @@ export interface Script {
   status?: number;
   /** The `param` of that error body (none when absent). */
   errorParam?: string;
+  /** That error's code and message (default "scripted", "scripted failure"). */
+  error?: { code: string; message: string };
+  /** Headers of a 200 answer (an engine's notes, e.g. x-orchard-tool-grammar). */
+  headers?: Record<string, string>;
   /** Wait before the first chunk (prefill). */
   prefillMs?: number;
   /** Send a tool call instead of words (id missing on purpose when `toolIdMissing`). */
@@ -96,11 +100,10 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
       if (s.status) {
         return Response.json({
           error: {
-            message: `scripted failure${
-              s.errorParam ? ` of ${s.errorParam}` : ""
-            }`,
+            message: s.error?.message ??
+              `scripted failure${s.errorParam ? ` of ${s.errorParam}` : ""}`,
             type: "server_error",
-            code: "scripted",
+            code: s.error?.code ?? "scripted",
             ...(s.errorParam ? { param: s.errorParam } : {}),
           },
         }, {
@@ -168,6 +171,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
                 total_tokens: prompt + words.length,
               },
             },
+          { headers: s.headers },
         );
       }
       const object = s.exoQuirks
@@ -303,7 +307,7 @@ export function scriptedUpstream(script: Script = {}): ScriptedUpstream {
         },
       });
       return new Response(stream, {
-        headers: { "content-type": "text/event-stream" },
+        headers: { "content-type": "text/event-stream", ...s.headers },
       });
     },
   );

@@ -3,7 +3,10 @@
  * (JSON or SSE events in Anthropic's order: message_start,
  * content_block_start, ping, content_block_delta…, content_block_stop,
  * message_delta with usage, message_stop) and `/v1/messages/count_tokens`.
- * Errors on these routes use Anthropic's shape.
+ * Errors on these routes use Anthropic's shape; a prompt too long for the
+ * model's context gets the exact texts Claude Code acts on ("prompt is too
+ * long: N tokens > M maximum" makes it compact; "input length and
+ * `max_tokens` exceed context limit: N + K > M" makes it lower max_tokens).
  */
 import { OpenAIError } from "../lib/openai_errors.ts";
 import { sseFrame } from "../lib/sse.ts";
@@ -17,6 +20,7 @@ import {
 import { fail, readBody } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
 import { toOpenAI } from "./anthropic_request.ts";
+import type { AppliedEdit } from "./anthropic_context.ts";
 import { affinityOf } from "./affinity.ts";
 import { countPromptTokens, tokenCountHeaders } from "./count_tokens.ts";
 import { routeTenant } from "./router.ts";
@@ -31,9 +35,30 @@ const ERROR_TYPE: Record<number, string> = {
   503: "overloaded_error",
 };
 
+/**
+ * A node's context overflow (OpenAI's wording, which the llama engine and
+ * vLLM use: "maximum context length is M tokens … N in the messages, K in
+ * the completion") in Anthropic's words, with the same numbers; null when
+ * the numbers cannot be read.
+ */
+export function contextOverflowMessage(message: string): string | null {
+  const max = message.match(/maximum context length is (\d+)/)?.[1];
+  const prompt = message.match(/(\d+) in the messages/)?.[1] ??
+    message.match(/has (\d+) input tokens/)?.[1];
+  if (max === undefined || prompt === undefined) return null;
+  const out = message.match(/(\d+) in the completion/)?.[1];
+  if (Number(prompt) >= Number(max) || out === undefined) {
+    return `prompt is too long: ${prompt} tokens > ${max} maximum`;
+  }
+  return `input length and \`max_tokens\` exceed context limit: ${prompt} + ${out} > ${max}, decrease input length or \`max_tokens\` and try again`;
+}
+
 function anthropicErrorBody(e: OpenAIError): string {
   const type = ERROR_TYPE[e.status] ?? "api_error";
-  return JSON.stringify({ type: "error", error: { type, message: e.message } });
+  const message = e.code === "context_length_exceeded"
+    ? contextOverflowMessage(e.message) ?? e.message
+    : e.message;
+  return JSON.stringify({ type: "error", error: { type, message } });
 }
 
 /** Renders an error in Anthropic's shape, keeping status and headers. */
@@ -67,6 +92,8 @@ export class AnthropicSink implements StreamSink {
     readonly norm: ChunkNormaliser,
     readonly ex: Exchange,
     readonly model: string,
+    /** `context_management.applied_edits` for message_delta (null: not asked). */
+    readonly applied: AppliedEdit[] | null = null,
   ) {}
   get reported() {
     return this.norm.reported;
@@ -183,6 +210,7 @@ export class AnthropicSink implements StreamSink {
       type: "message_delta",
       delta: { stop_reason: this.#stop, stop_sequence: null },
       usage: anthropicUsage(this.ex),
+      ...contextManagement(this.applied),
     });
     return s + ev("message_stop", { type: "message_stop" });
   }
@@ -197,11 +225,17 @@ export class AnthropicSink implements StreamSink {
   }
 }
 
+/** The `context_management` member of a message or message_delta, when the request had one. */
+function contextManagement(applied: AppliedEdit[] | null) {
+  return applied ? { context_management: { applied_edits: applied } } : {};
+}
+
 /** Converts a non-stream chat completion into an Anthropic message. */
 function toMessage(
   o: Record<string, unknown>,
   ex: Exchange,
   model: string,
+  applied: AppliedEdit[] | null,
 ): Record<string, unknown> {
   const choice = (o.choices as Record<string, unknown>[])[0] ?? {};
   const msg = (choice.message ?? {}) as Record<string, unknown>;
@@ -232,6 +266,7 @@ function toMessage(
     stop_reason: STOP[String(choice.finish_reason)] ?? "end_turn",
     stop_sequence: null,
     usage: anthropicUsage(ex),
+    ...contextManagement(applied),
   };
 }
 
@@ -254,7 +289,8 @@ export async function messages(
   const ex = new Exchange(core, requestId, "messages");
   try {
     const ctx = await ex.authenticate(req, "chat");
-    const p = toOpenAI(await readBody(core, req));
+    const a = toOpenAI(await readBody(core, req));
+    const p = a.chat;
     const m = core.resolveModel(ctx, p.model, "chat");
     ex.model = m.id;
     const cap = await ex.admit(ctx, p, m);
@@ -271,17 +307,25 @@ export async function messages(
       affinityOf(p.body),
       routeTenant(ctx),
     );
-    ex.routed(up.slot);
-    const headers = {
+    ex.routed(up.slot, up.notes);
+    const headers: Record<string, string> = {
       ...ex.headers,
       "x-request-id": requestId,
       "request-id": requestId,
     };
+    if (a.ignored.length > 0) {
+      headers["x-orchard-ignored"] = a.ignored.join(", ");
+    }
     if (up.kind === "stream") {
       return relayStream(
         ex,
         up,
-        new AnthropicSink(new ChunkNormaliser("chat", m.id), ex, p.model),
+        new AnthropicSink(
+          new ChunkNormaliser("chat", m.id),
+          ex,
+          p.model,
+          a.applied,
+        ),
         headers,
       );
     }
@@ -291,7 +335,8 @@ export async function messages(
     ex.firstToken();
     ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
     ex.finish();
-    return new Response(JSON.stringify(toMessage(up.json, ex, p.model)), {
+    const msg = toMessage(up.json, ex, p.model, a.applied);
+    return new Response(JSON.stringify(msg), {
       headers: {
         "content-type": "application/json",
         ...headers,
@@ -317,18 +362,27 @@ export async function countTokens(
   try {
     const ctx = await ex.authenticate(req, "chat");
     const body = await readBody(core, req);
-    body.max_tokens ??= 1;
-    const p = toOpenAI(body);
-    const m = core.resolveModel(ctx, p.model, "chat");
+    // count_tokens has no max_tokens; a thinking budget must stay below it
+    const budget = (body.thinking as { budget_tokens?: unknown } | null)
+      ?.budget_tokens;
+    body.max_tokens ??= Number.isSafeInteger(budget)
+      ? (budget as number) + 1
+      : 1;
+    const a = toOpenAI(body);
+    const m = core.resolveModel(ctx, a.chat.model, "chat");
     const n = await countPromptTokens(core, {
       model: m.id,
-      body: p.body,
-      estimate: p.prompt.estimate,
+      body: a.chat.body,
+      estimate: a.chat.prompt.estimate,
       tenantId: ctx.tenant.id,
       signal: req.signal,
       requestId,
     });
-    return new Response(JSON.stringify({ input_tokens: n.tokens }), {
+    const count: Record<string, unknown> = { input_tokens: n.tokens };
+    if (a.applied) {
+      count.context_management = { original_input_tokens: a.originalTokens };
+    }
+    return new Response(JSON.stringify(count), {
       headers: {
         "content-type": "application/json",
         "x-request-id": requestId,

@@ -3,13 +3,28 @@
  * is honoured. Coding agents (Claude Code above all) send more than the
  * basic fields: `cache_control` on blocks and tools, `metadata.user_id`,
  * `thinking` and earlier turns' thinking blocks, `system` entries inside
- * `messages`, `service_tier`. Each is either honoured (translated or, where
- * it only permits or hints, satisfied as it stands) or refused with a 400
- * naming it, never dropped without a word.
+ * `messages`, `service_tier`, `context_management`, `output_config`,
+ * `safeguards`. Each is either honoured (translated or, where it only
+ * permits or hints, satisfied as it stands), accepted as a hint this
+ * gateway cannot act on and reported (`ignored`, sent back in the
+ * `x-orchard-ignored` header), or refused with a 400 naming it; never
+ * dropped without a word.
  */
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
-import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
 import { openAIId } from "./normalise.ts";
+import {
+  bad,
+  cacheControl,
+  isObj,
+  refuse,
+  textOf,
+  toolName,
+} from "./_anthropic_checks.ts";
+import { AnthropicTools } from "./anthropic_tools.ts";
+import { readHints } from "./anthropic_hints.ts";
+import {
+  type AppliedEdit,
+  applyContextManagement,
+} from "./anthropic_context.ts";
 import {
   checkModel,
   MAX_MESSAGES,
@@ -18,11 +33,15 @@ import {
 } from "./validate.ts";
 
 /**
- * Top-level fields and what becomes of them. Honoured as they stand:
- * - `metadata`: `user_id` becomes the chat `user` (metering and logs).
- * - `thinking`: an upper bound on reasoning tokens (`budget_tokens`),
- *   checked as Anthropic does; a model that does not reason answers without
- *   thinking blocks, which clients handle (Anthropic's own models may too).
+ * Top-level fields; what becomes of each (README's Anthropic field table):
+ * - `metadata`, `thinking`, `output_config`, `safeguards`: hints, read in
+ *   anthropic_hints.ts (`metadata.user_id` is the chat `user`, Claude
+ *   Code's session id the `prompt_cache_key`; `output_config.format` an
+ *   enforced `response_format`; the others have no effect on nodes and are
+ *   reported as ignored).
+ * - `context_management`: applied here, before translation
+ *   (anthropic_context.ts).
+ * - `tools`: anthropic_tools.ts (tool search, tool changes).
  * - `service_tier`: every request here is served at the one standard tier.
  */
 const FIELDS = new Set([
@@ -40,7 +59,29 @@ const FIELDS = new Set([
   "metadata",
   "thinking",
   "service_tier",
+  "context_management",
+  "output_config",
+  "safeguards",
 ]);
+
+/**
+ * A system text block that changes on every request and says nothing to
+ * the model: Claude Code's billing line (`x-anthropic-billing-header:
+ * cc_version=…; cc_entrypoint=…; cch=…;`), the first system block. Left out
+ * so the prompt's prefix (and the node's prefix cache) stays the same.
+ */
+const VOLATILE_SYSTEM = /^x-anthropic-billing-header:/;
+
+/** An Anthropic request as a chat request, and what the answer reports. */
+export interface AnthropicRequest {
+  chat: ParsedRequest;
+  /** `context_management.applied_edits` (null: the request had no `context_management`). */
+  applied: AppliedEdit[] | null;
+  /** The prompt's estimated tokens before context edits (for count_tokens). */
+  originalTokens: number;
+  /** Hints accepted that had no effect here, by request path. */
+  ignored: string[];
+}
 
 /** Block types in `messages[].content`; `thinking` ones are dropped (see `block`). */
 const BLOCKS = new Set([
@@ -52,76 +93,22 @@ const BLOCKS = new Set([
   "redacted_thinking",
 ]);
 
-const isObj = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === "object" && !Array.isArray(v);
-
-function bad(param: string, message: string): OpenAIError {
-  return new OpenAIError(400, "invalid_value", `${param}: ${message}`, {
-    param,
-  });
-}
-
-function refuse(param: string, why: string): OpenAIError {
-  return unsupportedParam(param, `${param}: ${why}`);
-}
-
-/** `cache_control` is a prompt-caching hint: the llama engine caches prefixes on its own. */
-function cacheControl(v: unknown, at: string): void {
-  if (v === undefined || v === null) return;
-  if (!isObj(v) || v.type !== "ephemeral") {
-    throw bad(`${at}.cache_control`, 'must be {"type": "ephemeral"}');
+/** `system` as text, without the volatile billing line. */
+function systemText(content: unknown, at: string): string {
+  if (typeof content === "string") {
+    const nl = content.indexOf("\n");
+    const first = nl < 0 ? content : content.slice(0, nl);
+    return VOLATILE_SYSTEM.test(first)
+      ? (nl < 0 ? "" : content.slice(nl + 1))
+      : content;
   }
-}
-
-/** A block array or string of text blocks, as text (system, tool results). */
-function textOf(content: unknown, at: string): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) {
-    throw bad(at, "must be a string or an array of text blocks");
-  }
-  return content.map((b, k) => {
-    if (!isObj(b) || b.type !== "text" || typeof b.text !== "string") {
-      const type = isObj(b) ? String(b.type).slice(0, 40) : typeof b;
-      throw refuse(
-        `${at}.${k}`,
-        `only text blocks are supported here, not ${type}`,
-      );
-    }
-    cacheControl(b.cache_control, `${at}.${k}`);
-    return b.text;
-  }).join("");
-}
-
-function toolName(v: unknown, at: string): string {
-  if (typeof v !== "string" || !NAME_PATTERN.test(v)) {
-    throw bad(at, `must match ${NAME_PATTERN.source}`);
-  }
-  return v;
-}
-
-function toolTools(tools: unknown): Record<string, unknown>[] {
-  if (!Array.isArray(tools)) throw bad("tools", "must be an array");
-  return tools.map((t, i) => {
-    if (!isObj(t)) throw bad(`tools.${i}`, "must be an object");
-    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
-      throw refuse(
-        `tools.${i}.type`,
-        `server tools (${
-          String(t.type).slice(0, 64)
-        }) are not supported; declare a custom tool`,
-      );
-    }
-    if (t.input_schema !== undefined && !isObj(t.input_schema)) {
-      throw bad(`tools.${i}.input_schema`, "must be a JSON Schema object");
-    }
-    cacheControl(t.cache_control, `tools.${i}`);
-    const fn: Record<string, unknown> = {
-      name: toolName(t.name, `tools.${i}.name`),
-    };
-    if (typeof t.description === "string") fn.description = t.description;
-    if (isObj(t.input_schema)) fn.parameters = t.input_schema;
-    return { type: "function", function: fn };
-  });
+  if (!Array.isArray(content)) return textOf(content, at);
+  const all = textOf(content, at); // validates every block, at its own path
+  const blocks = content as { text: string }[];
+  return blocks.some((b) => VOLATILE_SYSTEM.test(b.text))
+    ? blocks.filter((b) => !VOLATILE_SYSTEM.test(b.text)).map((b) => b.text)
+      .join("")
+    : all;
 }
 
 function image(b: Record<string, unknown>, at: string): unknown {
@@ -138,40 +125,12 @@ function image(b: Record<string, unknown>, at: string): unknown {
   throw bad(`${at}.source`, "must be a base64 or url image source");
 }
 
-function thinking(v: unknown, maxTokens: number): void {
-  if (v === undefined || v === null) return;
-  if (!isObj(v)) throw bad("thinking", "must be an object");
-  if (v.type === "disabled") return;
-  if (v.type !== "enabled") {
-    throw bad("thinking.type", 'must be "enabled" or "disabled"');
-  }
-  const b = v.budget_tokens;
-  if (!Number.isSafeInteger(b) || (b as number) < 1024) {
-    throw bad("thinking.budget_tokens", "must be an integer ≥ 1024");
-  }
-  if ((b as number) >= maxTokens) {
-    throw bad("thinking.budget_tokens", "must be less than max_tokens");
-  }
-}
-
-function metadataUser(v: unknown): string | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (!isObj(v)) throw bad("metadata", "must be an object");
-  for (const k of Object.keys(v)) {
-    if (k !== "user_id") throw refuse(`metadata.${k}`, "is not a known field");
-  }
-  if (v.user_id === undefined || v.user_id === null) return undefined;
-  if (typeof v.user_id !== "string" || v.user_id.length > 256) {
-    throw bad("metadata.user_id", "must be a string of at most 256 characters");
-  }
-  return v.user_id;
-}
-
 /** One message's content blocks → OpenAI messages (tool results become their own). */
 function message(
   m: Record<string, unknown>,
   i: number,
   out: Record<string, unknown>[],
+  tools: AnthropicTools,
 ): void {
   const c = m.content;
   if (typeof c === "string") {
@@ -220,7 +179,7 @@ function message(
       }
       const text = b.content === undefined || b.content === null
         ? ""
-        : textOf(b.content, `${at}.content`);
+        : tools.resultText(b.content, `${at}.content`);
       out.push({
         role: "tool",
         tool_call_id: b.tool_use_id,
@@ -247,9 +206,10 @@ function message(
 
 /**
  * Translates an Anthropic request into an OpenAI chat body (validating as it
- * goes), then validates that body as any chat request is.
+ * goes, applying `context_management`), then validates that body as any
+ * chat request is.
  */
-export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
+export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
   for (const k of Object.keys(body)) {
     if (!FIELDS.has(k) && body[k] !== undefined) {
       throw refuse(k, "is not supported by this gateway");
@@ -263,7 +223,7 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
   ) {
     throw bad("max_tokens", "Field required: an integer from 1");
   }
-  thinking(body.thinking, maxTokens as number);
+  const hints = readHints(body, maxTokens as number);
   const tier = body.service_tier;
   if (
     tier !== undefined && tier !== null && tier !== "auto" &&
@@ -271,39 +231,42 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
   ) {
     throw bad("service_tier", 'must be "auto" or "standard_only"');
   }
-  const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) {
+  if (!Array.isArray(body.messages) || body.messages.length === 0) {
     throw bad("messages", "must be a non-empty array");
   }
-  if (msgs.length > MAX_MESSAGES) {
+  if (body.messages.length > MAX_MESSAGES) {
     throw bad("messages", `must hold at most ${MAX_MESSAGES} items`);
   }
+  const edits = applyContextManagement(body);
+  const msgs = edits?.messages ?? body.messages;
   const out: Record<string, unknown>[] = [];
+  const tools = new AnthropicTools();
   const sys = body.system;
   if (sys !== undefined && sys !== null) {
-    out.push({ role: "system", content: textOf(sys, "system") });
+    const text = systemText(sys, "system");
+    if (text) out.push({ role: "system", content: text });
   }
   msgs.forEach((m, i) => {
     // Claude Code and other agents put `system` entries between turns (the
     // Messages API took them in late 2025): they stay system messages, in place
+    // (and tool additions or removals: anthropic_tools.ts)
     if (isObj(m) && m.role === "system") {
-      return out.push({
-        role: "system",
-        content: textOf(m.content, `messages.${i}.content`),
-      });
+      const content = tools.systemText(m.content, `messages.${i}.content`);
+      return content ? out.push({ role: "system", content }) : 0;
     }
     if (!isObj(m) || (m.role !== "user" && m.role !== "assistant")) {
       throw bad(`messages.${i}.role`, "must be user, assistant or system");
     }
-    message(m, i, out);
+    message(m, i, out, tools);
   });
   const chat: Record<string, unknown> = {
     model,
     messages: out,
     max_tokens: maxTokens,
   };
-  const user = metadataUser(body.metadata);
-  if (user !== undefined) chat.user = user;
+  if (hints.user !== null) chat.user = hints.user;
+  if (hints.session !== null) chat.prompt_cache_key = hints.session;
+  if (hints.format) chat.response_format = hints.format;
   for (const f of ["temperature", "top_p", "top_k"]) {
     if (body[f] !== undefined) {
       if (typeof body[f] !== "number") throw bad(f, "must be a number");
@@ -317,9 +280,8 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     }
     chat.stop = s;
   }
-  if (body.tools !== undefined && body.tools !== null) {
-    chat.tools = toolTools(body.tools);
-  }
+  const offered = tools.chatTools(body.tools);
+  if (offered !== null) chat.tools = offered;
   const tc = body.tool_choice;
   if (tc !== undefined && tc !== null) {
     if (!isObj(tc)) throw bad("tool_choice", "must be an object");
@@ -340,5 +302,13 @@ export function toOpenAI(body: Record<string, unknown>): ParsedRequest {
     throw bad("stream", "must be a boolean");
   }
   chat.stream = body.stream === true;
-  return parseChat(chat);
+  const parsed = parseChat(chat);
+  const cleared = (edits?.applied ?? [])
+    .reduce((n, e) => n + e.cleared_input_tokens, 0);
+  return {
+    chat: parsed,
+    applied: edits?.applied ?? null,
+    originalTokens: parsed.prompt.estimate + cleared,
+    ignored: hints.ignored,
+  };
 }

@@ -546,8 +546,9 @@ export class Exchange {
     return this.completionCap;
   }
 
-  /** Notes the node slot the request got, and how long it waited for it. */
-  routed(slot: SlotGrant): void {
+  /** Notes the node slot the request got, how long it waited for it, and the node headers the client gets (`notes`). */
+  routed(slot: SlotGrant, notes: Record<string, string> = {}): void {
+    Object.assign(this.headers, notes); // node headers passed on to the client
     this.nodeId = slot.node.id;
     this.queueMs = slot.queuedMs;
     this.slots = Math.max(1, slot.node.stats?.slots ?? 1);

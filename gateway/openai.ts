@@ -199,7 +199,7 @@ export async function completions(
       affinityOf(body),
       routeTenant(ctx),
     );
-    ex.routed(up.slot);
+    ex.routed(up.slot, up.notes);
     if (up.kind === "stream") {
       const sink = new OpenAISink(
         new ChunkNormaliser(kind, m.id),
@@ -269,7 +269,7 @@ export async function embeddings(
       null,
       routeTenant(ctx),
     );
-    ex.routed(up.slot);
+    ex.routed(up.slot, up.notes);
     up.close();
     if (up.kind !== "json") throw malformed("embeddings response");
     const data = up.json.data;

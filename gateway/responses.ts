@@ -257,7 +257,7 @@ export async function createResponse(
       affinityOf(body),
       routeTenant(ctx),
     );
-    ex.routed(up.slot);
+    ex.routed(up.slot, up.notes);
     const shell: ResponseShell = {
       id: itemId("resp_"),
       createdAt: Math.floor(ex.startedAt / 1000),

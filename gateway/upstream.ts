@@ -21,6 +21,7 @@ import type { NodeRouter, RouteTenant, SlotGrant } from "./router.ts";
 import { SSEError, SSEReader, type SSEReaderOptions } from "../lib/sse.ts";
 import { after, cancel, race } from "./timers.ts";
 import { traceparent, withSpan } from "../lib/trace.ts";
+import { TOOL_GRAMMAR_HEADER } from "../lib/openai_output_controls.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {
@@ -58,9 +59,33 @@ export const DEFAULT_PROXY: ProxyOptions = {
   maxEventBytes: 1 << 20,
 };
 
+/**
+ * Node response headers the client gets too, each with the values it may
+ * take: `x-orchard-tool-grammar` (the tools whose argument schemas the
+ * node's grammar loosened, `loose=Name1,Name2`).
+ */
+const PASSED_ON: Record<string, RegExp> = {
+  [TOOL_GRAMMAR_HEADER]:
+    /^loose=[a-zA-Z0-9_-]{1,64}(,[a-zA-Z0-9_-]{1,64}){0,127}$/,
+};
+
+/** The node's headers in PASSED_ON, when well-formed. */
+function passedOn(
+  headers: { get(name: string): string | null },
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, ok] of Object.entries(PASSED_ON)) {
+    const v = headers.get(name);
+    if (v !== null && ok.test(v)) out[name] = v;
+  }
+  return out;
+}
+
 /** A node call in progress; `close()` ends it (aborting the node request if still open). */
 export interface UpstreamCall {
   slot: SlotGrant;
+  /** Node response headers to pass on to the client (see PASSED_ON). */
+  notes: Record<string, string>;
   /** Aborts the node request; reason is recorded. */
   abort: AbortController;
   /** When the whole request must end (epoch ms). */
@@ -230,6 +255,7 @@ export class Upstream {
     let closed = false;
     const call: UpstreamCall = {
       slot,
+      notes: {},
       abort,
       deadline,
       close() {
@@ -281,6 +307,7 @@ export class Upstream {
         );
       });
       head = res;
+      call.notes = passedOn(res.headers);
       const ct = res.headers.get("content-type") ?? "";
       done =
         !(stream && res.status === 200 && ct.includes("text/event-stream"));

@@ -318,7 +318,7 @@ Deno.test("parseCompletion() and parseEmbeddings() know their own fields", () =>
 });
 
 Deno.test("toOpenAI() builds chat bodies that pass parseChat, tools and tool results included", () => {
-  const p = toOpenAI({
+  const { chat: p } = toOpenAI({
     model: "m",
     max_tokens: 64,
     system: "Be brief",
@@ -396,7 +396,7 @@ Deno.test("toOpenAI() builds chat bodies that pass parseChat, tools and tool res
 });
 
 Deno.test("toOpenAI() honours or names every Messages field agents send: metadata.user_id, thinking, cache_control, is_error, earlier thinking", () => {
-  const p = toOpenAI({
+  const { chat: p } = toOpenAI({
     model: "m",
     max_tokens: 2048,
     metadata: { user_id: "user_1" },
@@ -443,7 +443,10 @@ Deno.test("toOpenAI() honours or names every Messages field agents send: metadat
   for (
     const [body, param] of [
       [{ container: "c" }, "container"],
-      [{ context_management: { edits: [] } }, "context_management"],
+      [
+        { context_management: { edits: [{ type: "compact_20260112" }] } },
+        "context_management.edits.0.type",
+      ],
       [{ metadata: { user_id: "u", tags: "x" } }, "metadata.tags"],
       [
         { thinking: { type: "enabled", budget_tokens: 100 } },

@@ -19,6 +19,20 @@ export interface ToolDef {
   description?: string;
   /** JSON Schema of the arguments object. */
   parameters: Record<string, unknown>;
+  /** The arguments must match `parameters` exactly (OpenAI's `function.strict`, Anthropic's `strict`). */
+  strict?: boolean;
+}
+
+/**
+ * The response header naming tools whose argument schemas the grammar
+ * could not enforce exactly and loosened (`loose=Name1,Name2`): set by the
+ * llama engine, passed on to the client by the gateway.
+ */
+export const TOOL_GRAMMAR_HEADER = "x-orchard-tool-grammar";
+
+/** The value of TOOL_GRAMMAR_HEADER for these tools. */
+export function toolGrammarNote(loose: string[]): string {
+  return `loose=${loose.join(",")}`;
 }
 
 /** Whether and which tool the model must call. */
@@ -120,6 +134,7 @@ export function parseTools(v: unknown): ToolDef[] {
         : {}),
       parameters: (fn.parameters as Record<string, unknown> | undefined) ??
         { type: "object", properties: {} },
+      ...(fn.strict === true ? { strict: true } : {}),
     };
   });
 }

@@ -34,7 +34,7 @@ function bounded(r: AgentRequest): Json {
   return b;
 }
 
-function checkAnthropicStream(raw: string) {
+function checkAnthropicStream(raw: string, body: Json) {
   const events = parseSSE(raw).map((e) => ({
     event: e.event,
     data: JSON.parse(e.data) as Json,
@@ -54,6 +54,10 @@ function checkAnthropicStream(raw: string) {
   const usage = delta.usage as Json;
   assert.ok(Number.isInteger(usage.output_tokens), JSON.stringify(usage));
   assert.ok((usage.output_tokens as number) > 0);
+  if (body.context_management) {
+    const cm = delta.context_management as Json;
+    assert.ok(Array.isArray(cm?.applied_edits), JSON.stringify(delta));
+  }
 }
 
 function checkAnthropicMessage(m: Json) {
@@ -127,7 +131,7 @@ function checkOk(r: AgentRequest, body: Json, text: string, type: string) {
     const j = JSON.parse(text);
     assert.ok(Number.isInteger(j.input_tokens) && j.input_tokens > 0);
   } else if (r.path.startsWith("/v1/messages")) {
-    if (body.stream) checkAnthropicStream(text);
+    if (body.stream) checkAnthropicStream(text, body);
     else checkAnthropicMessage(JSON.parse(text));
   } else if (r.path === "/v1/responses") {
     if (body.stream) checkResponsesStream(text);
@@ -171,10 +175,22 @@ Deno.test({
       assert.equal(res.status, r.expect.status, text.slice(0, 500));
       if (r.expect.status === 200) {
         checkOk(r, body, text, res.headers.get("content-type") ?? "");
+        for (const [name, want] of Object.entries(r.expect.headers ?? {})) {
+          assert.match(res.headers.get(name) ?? "(none)", want, name);
+        }
         return;
       }
       const j = JSON.parse(text);
-      if (r.path.startsWith("/v1/messages")) {
+      if ("message" in r.expect) {
+        assert.equal(j.type, "error", text);
+        assert.equal(j.error.type, "invalid_request_error");
+        assert.match(j.error.message, r.expect.message);
+        // the numbers are the node's: a prompt longer than the context
+        const [n, m] = (j.error.message.match(/\d+/g) ?? []).map(Number);
+        if (/^prompt is too long/.test(j.error.message)) {
+          assert.ok(n! > m! && m! > 0, j.error.message);
+        }
+      } else if (r.path.startsWith("/v1/messages")) {
         // Anthropic's error shape has no `param`: the message names it.
         assert.equal(j.type, "error");
         assert.equal(j.error.type, "invalid_request_error");

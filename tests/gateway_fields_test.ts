@@ -435,3 +435,202 @@ Deno.test("every Responses API field is taken (with its local meaning) or refuse
     await w.close();
   }
 });
+
+// --- Anthropic Messages: the fields Claude Code 2.1.328 sends ---
+
+const CLAUDE_CODE = JSON.parse(
+  Deno.readTextFileSync(
+    new URL("./fixtures/agents/claude_code_first.json", import.meta.url),
+  ),
+) as { headers: Record<string, string>; body: Record<string, unknown> };
+
+/** Claude Code's seven betas, as it sends them with `?beta=true`. */
+const BETAS = CLAUDE_CODE.headers["anthropic-beta"]!;
+
+const messages = (w: World, body: Record<string, unknown>, path = "") =>
+  w.post(`/v1/messages${path}`, {
+    model: "tiny-chat",
+    max_tokens: 32,
+    messages: [{ role: "user", content: "Hi" }],
+    ...body,
+  }, { "anthropic-beta": BETAS, "anthropic-version": "2023-06-01" });
+
+Deno.test("Anthropic hints Claude Code sends are accepted, reported in x-orchard-ignored and not forwarded", async () => {
+  const w = await createWorld();
+  try {
+    const res = await messages(w, {
+      thinking: { type: "adaptive", display: "omitted" },
+      output_config: { effort: "high" },
+      context_management: {
+        edits: [{ type: "clear_thinking_20251015", keep: "all" }],
+      },
+      safeguards: [{ type: "dangerous_tool_use", classifier_context: {} }],
+      metadata: CLAUDE_CODE.body.metadata,
+    }, "?beta=true");
+    assert.equal(res.status, 200);
+    assert.equal(
+      res.headers.get("x-orchard-ignored"),
+      "thinking, output_config.effort, safeguards",
+    );
+    const msg = await res.json();
+    assert.deepEqual(msg.context_management, { applied_edits: [] });
+    const sent = w.up.requests[0]!.body;
+    for (
+      const f of [
+        "thinking",
+        "output_config",
+        "context_management",
+        "safeguards",
+        "reasoning_effort",
+      ]
+    ) {
+      assert.equal(f in sent, false, `${f} is not forwarded`);
+    }
+    assert.equal(sent.prompt_cache_key, "266a2577-a312-4c5b-a9aa-50af274255da");
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("Anthropic context_management clears old tool results before the node sees them and reports applied_edits, streamed and not", async () => {
+  const w = await createWorld();
+  try {
+    const convo: Record<string, unknown>[] = [{ role: "user", content: "go" }];
+    for (let i = 0; i < 4; i++) {
+      convo.push({
+        role: "assistant",
+        content: [{ type: "tool_use", id: `t${i}`, name: "Read", input: {} }],
+      }, {
+        role: "user",
+        content: [{
+          type: "tool_result",
+          tool_use_id: `t${i}`,
+          content: "r".repeat(4000),
+        }],
+      });
+    }
+    const body = {
+      messages: convo,
+      tools: [{ name: "Read", input_schema: { type: "object" } }],
+      context_management: {
+        edits: [{
+          type: "clear_tool_uses_20250919",
+          trigger: { type: "input_tokens", value: 2000 },
+          keep: { type: "tool_uses", value: 1 },
+        }],
+      },
+    };
+    const res = await messages(w, body);
+    assert.equal(res.status, 200);
+    const applied = (await res.json()).context_management.applied_edits;
+    assert.equal(applied.length, 1);
+    assert.equal(applied[0].type, "clear_tool_uses_20250919");
+    assert.equal(applied[0].cleared_tool_uses, 3);
+    assert.ok(applied[0].cleared_input_tokens > 2900, applied);
+    const tool =
+      (w.up.requests[0]!.body.messages as { role: string; content: string }[])
+        .filter((m) => m.role === "tool").map((m) => m.content.length);
+    assert.equal(tool[3], 4000);
+    assert.ok(tool.slice(0, 3).every((n) => n < 100), String(tool));
+    // streamed: in message_delta
+    const s = await messages(w, { ...body, stream: true });
+    const events = (await readSSE(s)).data.map((d) => JSON.parse(d));
+    const delta = events.find((e) => e.type === "message_delta");
+    assert.deepEqual(delta.context_management.applied_edits, applied);
+    // counted: the original estimate is reported beside the edited one
+    const c = await w.post("/v1/messages/count_tokens", {
+      model: "tiny-chat",
+      ...body,
+    });
+    const count = await c.json();
+    assert.ok(
+      count.context_management.original_input_tokens >
+        count.input_tokens + 2900,
+      JSON.stringify(count),
+    );
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("a node's context overflow is Anthropic's prompt-too-long text on /v1/messages and OpenAI's error on chat", async () => {
+  const w = await createWorld();
+  try {
+    w.up.script = {
+      status: 400,
+      error: {
+        code: "context_length_exceeded",
+        message:
+          "This model's maximum context length is 2048 tokens. However, you requested 13049 tokens (13037 in the messages, 12 in the completion).",
+      },
+    };
+    const res = await messages(w, { stream: true });
+    assert.equal(res.status, 400);
+    assert.deepEqual(await res.json(), {
+      type: "error",
+      error: {
+        type: "invalid_request_error",
+        message: "prompt is too long: 13037 tokens > 2048 maximum",
+      },
+    });
+    const chat = await w.post("/v1/chat/completions", {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+    });
+    assert.equal(chat.status, 400);
+    assert.equal((await chat.json()).error.code, "context_length_exceeded");
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("the node's x-orchard-tool-grammar note reaches the client on chat, Responses and Messages, streamed and not", async () => {
+  const w = await createWorld();
+  try {
+    w.up.script = { headers: { "x-orchard-tool-grammar": "loose=A,B" } };
+    const tools = [WEATHER];
+    for (const stream of [false, true]) {
+      const answers = [
+        await w.post("/v1/chat/completions", chat({ tools, stream })),
+        await w.post("/v1/responses", {
+          model: "tiny-chat",
+          input: "Hi",
+          tools: [{ type: "function", ...WEATHER.function }],
+          stream,
+        }),
+        await messages(w, {
+          tools: [{ name: "get_weather", input_schema: { type: "object" } }],
+          stream,
+        }),
+      ];
+      for (const res of answers) {
+        assert.equal(res.status, 200, res.url);
+        assert.equal(res.headers.get("x-orchard-tool-grammar"), "loose=A,B");
+        await res.body?.cancel();
+      }
+    }
+    // a malformed note is not passed on
+    w.up.script = { headers: { "x-orchard-tool-grammar": "loose=<script>" } };
+    const res = await w.post("/v1/chat/completions", chat({ tools }));
+    assert.equal(res.headers.get("x-orchard-tool-grammar"), null);
+    await res.body?.cancel();
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("count_tokens takes the thinking and output_config a Messages request carries", async () => {
+  const w = await createWorld();
+  try {
+    const res = await w.post("/v1/messages/count_tokens", {
+      model: "tiny-chat",
+      messages: [{ role: "user", content: "Hi" }],
+      thinking: { type: "enabled", budget_tokens: 2048 },
+      output_config: { effort: "low" },
+    });
+    assert.equal(res.status, 200);
+    assert.ok((await res.json()).input_tokens > 0);
+  } finally {
+    await w.close();
+  }
+});

@@ -2,6 +2,13 @@
  * The walk over one JSON schema document for GbnfBuilder.schema(): keyword
  * checks, types, combinators, $ref (one rule per target, so recursion
  * works), objects and arrays. Scalars are in _gbnf_scalars.ts.
+ *
+ * In loose mode (GbnfBuilder.looseSchema) a subschema the converter cannot
+ * enforce is not refused: the keyword it trips on is dropped and the
+ * subschema converted again (for a combinator beside other keywords, the
+ * combinator goes: `{"type": "string", "allOf": […]}` becomes a string),
+ * until it converts; a subschema that still fails admits any JSON value.
+ * Each dropped keyword's path is recorded in `loosened`.
  */
 import { gbnfLiteral, notStrings, PRIMITIVES } from "./_gbnf_rules.ts";
 import { capped, count, numberRule, stringRule } from "./_gbnf_scalars.ts";
@@ -13,6 +20,7 @@ import {
   isObj,
   type Obj,
   type RuleTable,
+  SchemaError,
 } from "./_gbnf_table.ts";
 
 /** Annotations, and the containers of $ref targets (read only through $ref). */
@@ -37,6 +45,23 @@ const TYPES = new Set(
 
 const isName = (e: string) => /^[a-zA-Z0-9-]+$/.test(e);
 
+/** `propertyNames` that every JSON object meets (its keys are strings). */
+const trivialNames = (v: unknown) =>
+  v === true ||
+  (isObj(v) && Object.keys(v).every((k) => k === "type" || IGNORED.has(k)) &&
+    (v.type === undefined || v.type === "string"));
+
+/** Keywords whose removal loosens a schema, tried in this order when it fails. */
+const SPREADING = ["allOf", "anyOf", "oneOf"];
+
+/** The walk's rollback point (loose mode): the rule table and the $ref maps. */
+type WalkState = [
+  ReturnType<RuleTable["save"]>,
+  Map<string, string>,
+  Map<string, string>,
+  Map<string, Set<string>>,
+];
+
 /** One `schema()` call: the walk over one schema document. */
 export class SchemaWalk {
   /** $ref pointer → its rule. */
@@ -46,11 +71,15 @@ export class SchemaWalk {
   /** ref rule → ref rules it can reach before emitting any character. */
   #leads = new Map<string, Set<string>>();
 
+  /** Paths of the keywords dropped (loose mode), or "" for a schema read as any value. */
+  readonly loosened: string[] = [];
+
   constructor(
     readonly t: RuleTable,
     readonly root: unknown,
     readonly name: string,
     readonly strict: boolean,
+    readonly loose = false,
   ) {}
 
   /** The rule name for the whole document. */
@@ -60,8 +89,53 @@ export class SchemaWalk {
     return rule;
   }
 
+  #save(): WalkState {
+    return [
+      this.t.save(),
+      new Map(this.#refs),
+      new Map(this.#pointers),
+      new Map([...this.#leads].map(([k, v]) => [k, new Set(v)])),
+    ];
+  }
+
+  #restore([table, refs, pointers, leads]: WalkState) {
+    this.t.restore(table);
+    this.#refs = refs;
+    this.#pointers = pointers;
+    this.#leads = leads;
+  }
+
   /** `lead`: the $ref rule whose start this schema is at, if any (for left recursion). */
   #visit(
+    s: unknown,
+    name: string,
+    path: string,
+    depth: number,
+    lead: string | null,
+  ): string {
+    if (!this.loose) return this.#exact(s, name, path, depth, lead);
+    let cur = s;
+    for (let tries = 0; tries < 16; tries++) {
+      const saved = this.#save();
+      const mark = this.loosened.length;
+      try {
+        return this.#exact(cur, name, path, depth, lead);
+      } catch (err) {
+        if (!(err instanceof SchemaError)) throw err;
+        this.#restore(saved);
+        this.loosened.length = mark;
+        const drop = isObj(cur) ? dropped(cur, path, err) : null;
+        if (drop === null) break;
+        this.loosened.push(at(path, drop));
+        const { [drop]: _, ...rest } = cur as Obj;
+        cur = rest;
+      }
+    }
+    this.loosened.push(path);
+    return this.t.prim("value");
+  }
+
+  #exact(
     s: unknown,
     name: string,
     path: string,
@@ -81,6 +155,7 @@ export class SchemaWalk {
       );
     }
     for (const k of Object.keys(s)) {
+      if (k === "propertyNames" && trivialNames(s[k])) continue;
       if (
         !IGNORED.has(k) && !FAMILY.has(k) && !COMBINATORS.includes(k) &&
         k !== "type" && k !== "nullable"
@@ -424,6 +499,22 @@ export class SchemaWalk {
       path,
     );
   }
+}
+
+/**
+ * The keyword of `s` to drop after `err` (loose mode): the one the error
+ * names, or, when it names a keyword beside a combinator, the combinator
+ * (`{"type": "string", "allOf": […]}` keeps its type). Null when the error
+ * names no keyword of `s` (it is then read as any value).
+ */
+function dropped(s: Obj, path: string, err: SchemaError): string | null {
+  const key = Object.keys(s).find((k) => err.path === at(path, k));
+  if (key === undefined) return null;
+  if (err.message.includes(" next to ")) {
+    const spread = SPREADING.find((k) => Object.hasOwn(s, k));
+    if (spread) return spread;
+  }
+  return key;
 }
 
 function jsonType(v: unknown): string {

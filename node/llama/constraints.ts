@@ -12,7 +12,12 @@
  * `response_format` shapes the assistant's content; a forced tool call
  * carries no content, so it is not constrained by the format. Calls are
  * written in the model family's own format (tool_calls.ts), with each
- * function's `parameters` schema enforced on its arguments.
+ * function's `parameters` schema enforced on its arguments: exactly where
+ * the converter can; for a tool that is not `strict`, a schema it cannot
+ * enforce is loosened (the keywords it cannot follow are dropped, see
+ * GbnfBuilder.looseSchema) and the tool named in `loose`, since offering a
+ * tool does not decide the answer. A `strict` tool's schema, and
+ * `response_format`, are enforced exactly or refused with a 400.
  */
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import {
@@ -52,6 +57,7 @@ function callsRule(
   family: ToolFamily,
   tools: ToolDef[],
   parallel: boolean,
+  loose: string[],
 ): string {
   const f = TOOL_CALL_FORMATS[family];
   // the envelope is literal text: the parameters schema converts on its
@@ -62,7 +68,11 @@ function callsRule(
     try {
       args = g.schema(t.parameters, `tool-${i}`);
     } catch (err) {
-      schemaError(err, `tools[${i}].function.parameters`);
+      if (t.strict || !(err instanceof SchemaError)) {
+        schemaError(err, `tools[${i}].function.parameters`);
+      }
+      args = g.looseSchema(t.parameters, `tool-${i}`).rule;
+      loose.push(t.name);
     }
     return g.rule(
       `call-${i}`,
@@ -98,10 +108,27 @@ function formatRule(g: GbnfBuilder, o: OutputControls): string | null {
   }
 }
 
-/** Builds the grammar for a chat request, or null when its output is free text. */
+/** A chat request's grammar, and the tools whose argument schemas it loosened. */
+export interface OutputGrammar {
+  /** Null when the output is free text. */
+  spec: GrammarSpec | null;
+  /** Names of the tools whose schemas could not be enforced exactly. */
+  loose: string[];
+}
+
+/** Builds the grammar for a chat request. */
 export function outputGrammar(
   o: OutputControls,
   family: ToolFamily,
+): OutputGrammar {
+  const loose: string[] = [];
+  return { spec: grammarSpec(o, family, loose), loose };
+}
+
+function grammarSpec(
+  o: OutputControls,
+  family: ToolFamily,
+  loose: string[],
 ): GrammarSpec | null {
   const forced = o.toolChoice === "required" ||
     typeof o.toolChoice === "object";
@@ -109,11 +136,12 @@ export function outputGrammar(
     ? o.tools.filter((t) => t.name === (o.toolChoice as { name: string }).name)
     : o.tools;
   const g = new GbnfBuilder();
+  const parallel = o.parallelToolCalls;
   if (tools.length > 0 && forced) {
-    return { gbnf: g.build(callsRule(g, family, tools, o.parallelToolCalls)) };
+    return { gbnf: g.build(callsRule(g, family, tools, parallel, loose)) };
   }
   if (tools.length > 0) {
-    const calls = callsRule(g, family, tools, o.parallelToolCalls);
+    const calls = callsRule(g, family, tools, parallel, loose);
     const json = formatRule(g, o);
     if (json) return { gbnf: g.build(`${calls} | ${json}`) };
     const f = TOOL_CALL_FORMATS[family];

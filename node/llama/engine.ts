@@ -29,6 +29,10 @@ import {
 } from "./chat_template.ts";
 import { ChoiceOutput } from "./choice_output.ts";
 import { outputGrammar } from "./constraints.ts";
+import {
+  TOOL_GRAMMAR_HEADER,
+  toolGrammarNote,
+} from "../../lib/openai_output_controls.ts";
 import { checkLibraries, ModelProcess } from "./process.ts";
 import {
   type GenerationRequest,
@@ -392,10 +396,19 @@ export class LlamaEngine implements Engine {
       );
     }
     const model = st.entry.id;
+    const notes: Record<string, string> = prepared.loose.length > 0
+      ? { [TOOL_GRAMMAR_HEADER]: toolGrammarNote(prepared.loose) }
+      : {};
     if (req.stream) {
-      return streamResponse(prepared.output, model, q, () => proc.cancel(id));
+      return streamResponse(
+        prepared.output,
+        model,
+        q,
+        () => proc.cancel(id),
+        notes,
+      );
     }
-    return await completeResponse(prepared.output, model, q);
+    return await completeResponse(prepared.output, model, q, notes);
   }
 
   /**
@@ -411,18 +424,21 @@ export class LlamaEngine implements Engine {
       params: GenerationRequest["params"];
     };
     output: ChoiceOutput;
+    /** Tools whose argument schemas the grammar loosened. */
+    loose: string[];
   } {
     const o = req.output;
     const facts = st.entry.facts;
     const family = detectToolFamily(facts?.chatTemplate ?? null, st.entry.id);
-    const grammar = kind === "chat" ? outputGrammar(o, family) : null;
-    const params = { ...req.params, grammar };
+    const built = kind === "chat" ? outputGrammar(o, family) : null;
+    const params = { ...req.params, grammar: built?.spec ?? null };
+    const loose = built?.loose ?? [];
     const parser = o.tools.length
       ? new ToolCallParser(family, { names: o.tools.map((t) => t.name) })
       : null;
     const output = new ChoiceOutput(kind, parser, params.logprobs !== null);
     if (kind !== "chat") {
-      return { request: { prompt: req.prompt, params }, output };
+      return { request: { prompt: req.prompt, params }, output, loose: [] };
     }
     const builtIn = () => {
       if (o.rawTools) {
@@ -433,7 +449,7 @@ export class LlamaEngine implements Engine {
           { param: "tools" },
         );
       }
-      return { request: { messages: req.messages, params }, output };
+      return { request: { messages: req.messages, params }, output, loose };
     };
     const template = this.#template(st);
     if (!template) return builtIn();
@@ -447,6 +463,7 @@ export class LlamaEngine implements Engine {
       return {
         request: { prompt, templated: true, renderSpecial, params },
         output,
+        loose,
       };
     } catch (err) {
       if (!(err instanceof TemplateError)) throw err;

@@ -28,12 +28,16 @@
  *   `allOf` takes one schema; a $ref cycle that reaches itself before any
  *   token is refused; one that needs infinite output is not detected.
  *
+ * `looseSchema` converts what it can and loosens the rest (dropping the
+ * keywords it cannot enforce), for tools whose arguments are a hint rather
+ * than a contract (not `strict`); what it loosened is reported.
+ *
  * Every value rule matches the value alone; whitespace (`space`, at most a
  * newline and 20 blanks) sits inside objects and arrays only.
  */
 import { gbnfLiteral } from "./_gbnf_rules.ts";
 import { SchemaWalk } from "./_gbnf_schema.ts";
-import { RuleTable } from "./_gbnf_table.ts";
+import { RuleTable, SchemaError } from "./_gbnf_table.ts";
 
 export { GBNF_LIMITS, SchemaError } from "./_gbnf_table.ts";
 
@@ -68,6 +72,40 @@ export class GbnfBuilder {
     } catch (err) {
       this.#table.restore(saved);
       throw err;
+    }
+  }
+
+  /**
+   * Like `schema`, but a part the converter cannot enforce is loosened
+   * instead of refused (see _gbnf_schema.ts): returns the rule, which
+   * matches a JSON object, and the paths loosened (empty when the grammar
+   * is exact; "" when the whole schema was read as any object). For tool
+   * arguments that are not `strict`.
+   */
+  looseSchema(
+    schema: unknown,
+    name = "json",
+    opts: GbnfOptions = {},
+  ): { rule: string; loosened: string[] } {
+    const saved = this.#table.save();
+    const walk = new SchemaWalk(
+      this.#table,
+      schema,
+      name,
+      opts.strict ?? this.#strict,
+      true,
+    );
+    try {
+      const rule = walk.run();
+      if (walk.loosened.includes("")) {
+        return { rule: this.#table.prim("object"), loosened: [""] };
+      }
+      return { rule, loosened: walk.loosened };
+    } catch (err) {
+      // a $ref cycle without tokens (found after the walk): any object
+      this.#table.restore(saved);
+      if (!(err instanceof SchemaError)) throw err;
+      return { rule: this.#table.prim("object"), loosened: [""] };
     }
   }
 

@@ -17,6 +17,8 @@ import {
   jsonSchemaToGbnf,
   SchemaError,
 } from "./json_schema_grammar.ts";
+import { outputGrammar } from "./constraints.ts";
+import { parseOutputControls } from "../../lib/openai_output_controls.ts";
 
 let shared: Promise<{ llama: Llama; m: LoadedLlama; dir: string }> | null =
   null;
@@ -869,6 +871,86 @@ test("GbnfBuilder tool-call grammars make the model emit a parsable call", async
     );
     assert.equal(call.name, "weather");
     assert.deepEqual(Object.keys(call.arguments), ["city", "days"]);
+  }
+});
+
+test("looseSchema() drops what it cannot enforce, keeps the rest exact and says where", async () => {
+  const b = new GbnfBuilder();
+  // Claude Code's SendMessage: a string with allOf of two patterns
+  const { rule, loosened } = b.looseSchema({
+    type: "object",
+    properties: {
+      to: {
+        type: "string",
+        allOf: [{ pattern: "^[^\\n\\r]*$" }, { pattern: "^[\\s\\S]{0,300}$" }],
+      },
+      n: { type: "integer", minimum: 1, maximum: 3, not: { const: 2 } },
+    },
+    required: ["to", "n"],
+    additionalProperties: false,
+  }, "tool-0");
+  assert.deepEqual(loosened, ["properties.to.allOf", "properties.n.not"]);
+  const re = toRegExp(await accepted(b.build(rule)));
+  assert.match('{"to": "main", "n": 2}', re);
+  assert.match('{"to": "a\\nb", "n": 3}', re); // the patterns are gone
+  assert.doesNotMatch('{"to": 1, "n": 2}', re); // the type stays
+  assert.doesNotMatch('{"to": "main", "n": 4}', re); // so do the bounds
+  assert.doesNotMatch('{"to": "main"}', re); // and required
+});
+
+test("looseSchema() is exact where schema() is, and reads a schema it cannot convert at all as any object", async () => {
+  const exact = { type: "object", properties: { a: { type: "string" } } };
+  const b = new GbnfBuilder();
+  const r = b.looseSchema(exact, "t");
+  assert.deepEqual(r.loosened, []);
+  const e = new GbnfBuilder();
+  assert.equal(b.build(r.rule), e.build(e.schema(exact, "t")));
+  const cyclic = {
+    $defs: { A: { anyOf: [{ $ref: "#/$defs/A" }, { type: "null" }] } },
+    $ref: "#/$defs/A",
+  };
+  const c = new GbnfBuilder();
+  const any = c.looseSchema(cyclic, "t");
+  assert.deepEqual(any.loosened, [""]);
+  const re = toRegExp(await accepted(c.build(any.rule)));
+  assert.match('{"x": [1, "y"]}', re);
+  assert.doesNotMatch("null", re);
+});
+
+test("jsonSchemaToGbnf() takes propertyNames that every object meets (Claude Code's AskUserQuestion)", async () => {
+  const re = toRegExp(
+    await gbnf({
+      type: "object",
+      propertyNames: { type: "string" },
+      additionalProperties: { type: "string" },
+    }),
+  );
+  assert.match('{"q": "a"}', re);
+  assert.doesNotMatch('{"q": 1}', re);
+  throwsSchemaError(
+    () => jsonSchemaToGbnf({ type: "object", propertyNames: { maxLength: 3 } }),
+    "propertyNames",
+    /unsupported keyword/,
+  );
+});
+
+test("llama.cpp takes the tool-call grammar of Claude Code's 24 interactive tools, one of them loosened", async () => {
+  const capture = JSON.parse(
+    await Deno.readTextFile(
+      new URL(
+        "../../tests/fixtures/agents/claude_code_interactive.json",
+        import.meta.url,
+      ),
+    ),
+  );
+  const tools = (capture.body.tools as Record<string, unknown>[]).map((t) => ({
+    type: "function",
+    function: { name: t.name, parameters: t.input_schema },
+  }));
+  for (const family of ["hermes", "llama3", "mistral"] as const) {
+    const g = outputGrammar(parseOutputControls({ tools }), family);
+    assert.deepEqual(g.loose, ["SendMessage"]);
+    await accepted(g.spec!.gbnf);
   }
 });
 

@@ -116,6 +116,7 @@ export function streamResponse(
   model: string,
   q: EventQueue,
   cancel: () => void,
+  headers: Record<string, string> = {},
 ): Response {
   const kind = out.kind;
   const base = { ...ids(kind), model };
@@ -179,6 +180,7 @@ export function streamResponse(
     headers: {
       "content-type": "text/event-stream",
       "cache-control": "no-cache",
+      ...headers,
     },
   });
 }
@@ -188,6 +190,7 @@ export async function completeResponse(
   out: ChoiceOutput,
   model: string,
   q: EventQueue,
+  headers: Record<string, string> = {},
 ): Promise<Response> {
   const kind = out.kind;
   const base = { ...ids(kind), model };
@@ -232,7 +235,7 @@ export async function completeResponse(
           }],
           usage: u,
         };
-      return Response.json(body);
+      return Response.json(body, { headers });
     }
   }
 }
