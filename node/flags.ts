@@ -42,6 +42,10 @@ export const FLAGS = {
     "ORCHARD_CONTEXT_SIZE",
     "llama context tokens per slot (default: the model's, as --kv-memory allows)",
   ],
+  "max-output": [
+    "ORCHARD_MAX_OUTPUT_TOKENS",
+    "llama: most tokens a request generates, and its default when it names none (default: up to the context)",
+  ],
   "kv-memory": [
     "ORCHARD_KV_MEMORY",
     "llama: memory for a model's KV caches, e.g. 50% (of what is free after its weights; default) or 8GiB",
@@ -177,6 +181,7 @@ export function nodeOptions(flags: NodeFlags): NodeWorkerOptions {
     slots: int("slots", get("slots"), 1, 256) ?? undefined,
     threads: int("threads", get("threads"), 1, 1024) ?? null,
     contextSize: int("context", get("context"), 64, 1 << 20) ?? null,
+    maxOutputTokens: int("max-output", get("max-output"), 1, 1 << 20) ?? null,
     kvMemory: memory("kv-memory", get("kv-memory")),
     prefixCacheMemory: memory("prefix-cache", get("prefix-cache")),
     preload: bool("preload", get("preload")),

@@ -66,6 +66,8 @@ export interface NodeWorkerOptions {
   threads?: number | null;
   /** llama: context tokens per slot (default: the model's, as `kvMemory` allows). */
   contextSize?: number | null;
+  /** llama: most tokens a request generates (its default when it names none). */
+  maxOutputTokens?: number | null;
   /** llama: memory for a model's KV caches (node/llama/kv_budget.ts). */
   kvMemory?: MemorySpec;
   /** llama: host memory for prefixes evicted from slots, per model. */
@@ -160,6 +162,7 @@ export async function createEngine(opts: NodeWorkerOptions): Promise<Engine> {
     slots: opts.slots,
     threads: opts.threads ?? undefined,
     contextSize: opts.contextSize ?? undefined,
+    maxOutputTokens: opts.maxOutputTokens ?? null,
     kvMemory: opts.kvMemory,
     prefixCacheMemory: opts.prefixCacheMemory,
     preload: opts.preload ?? false,

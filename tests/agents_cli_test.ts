@@ -209,3 +209,110 @@ Deno.test({
     }
   },
 });
+
+/**
+ * The llama engine on the agent-sized fixture model (128k context): each
+ * agent's real first turn, its whole prompt (Claude Code's ~49k tokens,
+ * Codex's ~38k), is prefilled and answered with a stream the agent takes
+ * as a finished turn. The fixture's words are gibberish that ends after a
+ * few tokens (tools/fixture_model.ts); the node's output cap
+ * (`ORCHARD_MAX_OUTPUT_TOKENS`) only bounds the run.
+ */
+Deno.test({
+  name:
+    "agents: on the llama engine with an agent-sized context, each agent's first turn is a stream it accepts",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async (t) => {
+    const dir = await workDir();
+    const home = await Deno.makeTempDir({ prefix: "orchard-agent-home-" });
+    await using cluster = await startCluster({
+      models: [{ name: "agent", size: "agent" }],
+      slots: 1,
+      nodeEnv: { ORCHARD_MAX_OUTPUT_TOKENS: "512" },
+    });
+    try {
+      await t.step("Claude Code", async () => {
+        const r = await run("claude", [
+          "-p",
+          "say hello",
+          "--output-format",
+          "json",
+          "--model",
+          "agent",
+        ], {
+          cwd: dir,
+          env: {
+            ...baseEnv(home),
+            ANTHROPIC_BASE_URL: cluster.url,
+            ANTHROPIC_API_KEY: cluster.apiKey,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL: "agent",
+            DISABLE_TELEMETRY: "1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+          },
+        });
+        assert.equal(
+          r.code,
+          0,
+          `claude exited ${r.code}: ${r.stdout}\n${r.stderr}`,
+        );
+        const result = JSON.parse(r.stdout) as Record<string, unknown>;
+        assert.equal(result.is_error, false, r.stdout);
+        const usage = result.usage as {
+          input_tokens: number;
+          output_tokens: number;
+          cache_read_input_tokens?: number;
+        };
+        // the whole agent prompt reached the model, counted by its tokenizer
+        assert.ok(
+          usage.input_tokens + (usage.cache_read_input_tokens ?? 0) > 20_000,
+          JSON.stringify(usage),
+        );
+        assert.ok(usage.output_tokens > 0, JSON.stringify(usage));
+      });
+      await t.step("Codex CLI", async () => {
+        await Deno.writeTextFile(
+          join(home, "config.toml"),
+          [
+            'model = "agent"',
+            'model_provider = "orchard"',
+            "model_context_window = 131072",
+            "[model_providers.orchard]",
+            'name = "Orchard"',
+            `base_url = "${cluster.url}/v1"`,
+            'env_key = "ORCHARD_API_KEY"',
+            'wire_api = "responses"',
+            "",
+          ].join("\n"),
+        );
+        const r = await run("codex", [
+          "exec",
+          "--skip-git-repo-check",
+          "--sandbox",
+          "danger-full-access",
+          "--json",
+          "say hello",
+        ], {
+          cwd: dir,
+          env: {
+            ...baseEnv(home),
+            CODEX_HOME: home,
+            ORCHARD_API_KEY: cluster.apiKey,
+          },
+        });
+        assert.equal(
+          r.code,
+          0,
+          `codex exited ${r.code}: ${r.stdout}\n${r.stderr}`,
+        );
+        const events = r.stdout.trim().split("\n").map((l) => JSON.parse(l));
+        const done = events.find((e) => e.type === "turn.completed");
+        assert.ok(done, r.stdout.slice(-2000));
+        assert.ok(done.usage.input_tokens > 20_000, JSON.stringify(done));
+      });
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+      await Deno.remove(home, { recursive: true });
+    }
+  },
+});

@@ -24,9 +24,19 @@ export const FIXTURE_SIZES = {
   /**
    * Smaller than tiny (1 layer of 32) with a 128k-token trained context:
    * an agent-sized prompt prefills on a CPU in seconds (40k tokens: 6.8 s
-   * on 2 shared cores, measured), for the cache benchmark.
+   * on 2 shared cores, measured), for the cache benchmark and the coding
+   * agents' tests. Its answers end on their own after a few words, as a
+   * real model's turn does (`endLogit`), so an agent takes them as whole.
    */
-  agent: { embd: 32, layers: 1, heads: 2, headsKv: 1, ff: 96, ctx: 131072 },
+  agent: {
+    embd: 32,
+    layers: 1,
+    heads: 2,
+    headsKv: 1,
+    ff: 96,
+    ctx: 131072,
+    endLogit: 3.5,
+  },
   /** ~100 M parameters: for benchmarks. */
   small: { embd: 768, layers: 14, heads: 12, headsKv: 12, ff: 2048, ctx: 2048 },
 } as const;
@@ -94,23 +104,59 @@ function tensor(
   return { name, dims, type, data: new Uint8Array(data.buffer) };
 }
 
+/** The end-of-turn token (`<|im_end|>`, also EOS and EOT). */
+const END_TOKEN = 258;
+
+/** Value of the constant residual dimension (dimension 0) with `endLogit`. */
+const END_DIM_VALUE = 2;
+
 /**
  * The output projection: random rows for printable ASCII and newline, zero
  * rows for every other token, so greedy text is readable gibberish (and
  * never a broken UTF-8 sequence) and rarely ends before `max_tokens`.
+ *
+ * With `endLogit`, dimension 0 of the residual stream is held constant
+ * (see `constantDim`), no printable row reads it, and the end-of-turn row
+ * reads only it, scaled so its logit is about `endLogit` after the final
+ * RMS norm: it then beats the gibberish now and then, so turns end on
+ * their own (measured with `endLogit` 3.5: greedy after 5 to 10 tokens,
+ * sampled at temperature 1 after 2 to 45).
  */
 function outputTensor(
   embd: number,
   vocab: number,
   init: () => number,
+  endLogit: number | null,
 ): GgufTensor {
   const t = tensor("output.weight", [embd, vocab], 1, init);
   const halves = new Uint16Array(t.data.buffer);
   for (let tok = 0; tok < vocab; tok++) {
-    if ((tok >= 32 && tok < 127) || tok === 10) continue;
+    if ((tok >= 32 && tok < 127) || tok === 10) {
+      if (endLogit !== null) halves[tok * embd] = 0;
+      continue;
+    }
     halves.fill(0, tok * embd, (tok + 1) * embd);
   }
+  if (endLogit !== null) {
+    // after RMS norm the constant dimension reads about END_DIM_VALUE / rms,
+    // rms ≈ 0.75 with the embeddings' variance (1/3) and the layers' outputs
+    halves[END_TOKEN * embd] = toHalf(endLogit * 0.75 / END_DIM_VALUE);
+  }
   return t;
+}
+
+/**
+ * Holds dimension 0 of the residual stream constant: every token embeds
+ * END_DIM_VALUE there and no layer writes to it (the output rows of
+ * `attn_output` and `ffn_down` for dimension 0 are zero).
+ */
+function constantDim(t: GgufTensor, rowLength: number, value: number | null) {
+  const halves = new Uint16Array(t.data.buffer);
+  if (value === null) {
+    halves.fill(0, 0, rowLength); // output row 0: writes nothing to dim 0
+    return;
+  }
+  for (let i = 0; i < halves.length; i += rowLength) halves[i] = toHalf(value);
 }
 
 /** Writes a fixture model to `path`; returns its parameter count. */
@@ -138,6 +184,7 @@ export async function writeFixtureModel(
   const types = tokens.map((_, i) => (i < 256 ? 1 : 3));
   const vocab = tokens.length;
   const { embd, layers, heads, headsKv, ff, ctx } = shape;
+  const endLogit = "endLogit" in shape ? shape.endLogit : null;
   const kvDim = (embd / heads) * headsKv;
   const metadata: [string, GgufEntry][] = [
     ["general.architecture", { type: "string", value: "llama" }],
@@ -172,28 +219,36 @@ export async function writeFixtureModel(
     }],
   ];
   const ones = () => 1;
+  const embeddings = tensor("token_embd.weight", [embd, vocab], 1, uniform(1));
+  if (endLogit !== null) constantDim(embeddings, embd, END_DIM_VALUE);
   const tensors: GgufTensor[] = [
-    tensor("token_embd.weight", [embd, vocab], 1, uniform(1)),
+    embeddings,
     tensor("output_norm.weight", [embd], 0, ones),
-    outputTensor(embd, vocab, uniform(4 / Math.sqrt(embd))),
+    outputTensor(embd, vocab, uniform(4 / Math.sqrt(embd)), endLogit),
   ];
   for (let l = 0; l < layers; l++) {
     const w = uniform(1 / Math.sqrt(embd));
+    const attnOut = tensor(`blk.${l}.attn_output.weight`, [embd, embd], 1, w);
+    const ffnDown = tensor(
+      `blk.${l}.ffn_down.weight`,
+      [ff, embd],
+      1,
+      uniform(1 / Math.sqrt(ff)),
+    );
+    if (endLogit !== null) {
+      constantDim(attnOut, embd, null);
+      constantDim(ffnDown, ff, null);
+    }
     tensors.push(
       tensor(`blk.${l}.attn_norm.weight`, [embd], 0, ones),
       tensor(`blk.${l}.attn_q.weight`, [embd, embd], 1, w),
       tensor(`blk.${l}.attn_k.weight`, [embd, kvDim], 1, w),
       tensor(`blk.${l}.attn_v.weight`, [embd, kvDim], 1, w),
-      tensor(`blk.${l}.attn_output.weight`, [embd, embd], 1, w),
+      attnOut,
       tensor(`blk.${l}.ffn_norm.weight`, [embd], 0, ones),
       tensor(`blk.${l}.ffn_gate.weight`, [embd, ff], 1, w),
       tensor(`blk.${l}.ffn_up.weight`, [embd, ff], 1, w),
-      tensor(
-        `blk.${l}.ffn_down.weight`,
-        [ff, embd],
-        1,
-        uniform(1 / Math.sqrt(ff)),
-      ),
+      ffnDown,
     );
   }
   const params = tensors.reduce(

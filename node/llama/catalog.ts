@@ -1,9 +1,10 @@
 /**
  * The models directory: every `*.gguf` is a model whose id is its file name
  * without extension. An optional sidecar `<id>.json` sets aliases and
- * per-model context size and slots:
+ * per-model context size, slots and output cap (see LlamaEngineOptions):
  *
- *     { "aliases": ["gpt-4o-mini"], "contextSize": 4096, "slots": 4 }
+ *     { "aliases": ["gpt-4o-mini"], "contextSize": 4096, "slots": 4,
+ *       "maxOutputTokens": 8192 }
  *
  * Each header is validated (node/llama/gguf.ts) before llama.cpp sees it; a
  * file that fails is listed as unavailable with the reason, never loaded.
@@ -17,6 +18,7 @@ const sidecarSchema = z.object({
   aliases: z.array(z.string().min(1).max(256)).max(32).optional(),
   contextSize: z.number().int().min(64).max(1 << 20).optional(),
   slots: z.number().int().min(1).max(256).optional(),
+  maxOutputTokens: z.number().int().min(1).max(1 << 20).optional(),
 }).strict();
 
 export type Sidecar = z.infer<typeof sidecarSchema>;

@@ -62,6 +62,12 @@ export interface LlamaEngineOptions {
    * bounded by `kvMemory`: see kv_budget.ts).
    */
   contextSize?: number;
+  /**
+   * Most tokens one request generates, and what it generates when it names
+   * no `max_tokens` (llama-server's `--n-predict`); default: up to the
+   * context. A model's sidecar `maxOutputTokens` overrides it.
+   */
+  maxOutputTokens?: number | null;
   /** Memory all slots' KV caches of one model may take (default 50 % of what is available after its weights). */
   kvMemory?: MemorySpec;
   /** Host memory for KV-cache prefixes evicted from slots, per model (default 2 GiB of what is available, 0: none). */
@@ -97,11 +103,14 @@ export class LlamaEngine implements Engine {
   readonly kind = "llama" as const;
   #opts:
     & Required<
-      Omit<LlamaEngineOptions, "contextSize" | "kvMemory" | "prefixCacheMemory">
+      Omit<
+        LlamaEngineOptions,
+        "contextSize" | "kvMemory" | "prefixCacheMemory" | "maxOutputTokens"
+      >
     >
     & Pick<
       LlamaEngineOptions,
-      "contextSize" | "kvMemory" | "prefixCacheMemory"
+      "contextSize" | "kvMemory" | "prefixCacheMemory" | "maxOutputTokens"
     >;
   /** Default context per catalog entry (path:mtime:slots), computed once. */
   #contexts = new Map<string, number>();
@@ -139,6 +148,7 @@ export class LlamaEngine implements Engine {
       slots,
       threads,
       contextSize: o.contextSize,
+      maxOutputTokens: o.maxOutputTokens ?? null,
       kvMemory: o.kvMemory,
       prefixCacheMemory: o.prefixCacheMemory,
       maxQueue: o.maxQueue ?? slots * 4,
@@ -431,7 +441,15 @@ export class LlamaEngine implements Engine {
     const facts = st.entry.facts;
     const family = detectToolFamily(facts?.chatTemplate ?? null, st.entry.id);
     const built = kind === "chat" ? outputGrammar(o, family) : null;
-    const params = { ...req.params, grammar: built?.spec ?? null };
+    const cap = st.entry.sidecar.maxOutputTokens ??
+      this.#opts.maxOutputTokens ?? null;
+    const params = {
+      ...req.params,
+      maxTokens: cap === null
+        ? req.params.maxTokens
+        : Math.min(req.params.maxTokens ?? cap, cap),
+      grammar: built?.spec ?? null,
+    };
     const loose = built?.loose ?? [];
     const parser = o.tools.length
       ? new ToolCallParser(family, { names: o.tools.map((t) => t.name) })

@@ -417,3 +417,36 @@ Deno.test("llama engine: an idle model is unloaded and loads again on the next r
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("llama engine: the output cap bounds every request and is the default when none is named; a sidecar's wins", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "orchard-models-" });
+  await writeFixtureModel(join(dir, "tiny.gguf"), { seed: 1 });
+  await writeFixtureModel(join(dir, "capped.gguf"), { seed: 1 });
+  await Deno.writeTextFile(
+    join(dir, "capped.json"),
+    JSON.stringify({ maxOutputTokens: 3 }),
+  );
+  const e = createLlamaEngine({
+    modelsDir: dir,
+    slots: 1,
+    threads: 2,
+    maxOutputTokens: 6,
+  });
+  try {
+    await e.start();
+    // the tiny fixture never ends on its own: each answer runs to its cap
+    const none = await chat(e, {});
+    assert.equal(none.usage.completion_tokens, 6);
+    assert.equal(none.choices[0].finish_reason, "length");
+    assert.equal(
+      (await chat(e, { max_tokens: 100 })).usage.completion_tokens,
+      6,
+    );
+    assert.equal((await chat(e, { max_tokens: 4 })).usage.completion_tokens, 4);
+    const capped = await chat(e, { model: "capped", max_tokens: 100 });
+    assert.equal(capped.usage.completion_tokens, 3);
+  } finally {
+    await e.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
