@@ -1,22 +1,23 @@
 // deno-lint-ignore-file no-console
 /**
- * `deno task bench:cache [--turns N] [--sessions S] [--slots K]`: prompt
- * tokens served from the KV cache across the turns of coding-agent
- * sessions, through a real gateway and llama node on the `agent` fixture
- * model (128k context), in one run:
+ * `deno task bench:cache [--sessions S] [--slots K]`: prompt tokens served
+ * from the KV cache across the turns of coding-agent sessions, through a
+ * real gateway and llama node on the `agent` fixture model (128k context),
+ * in one run:
  *
- * - each session replays a Claude-Code-shaped conversation: turn 1 is the
- *   captured first request of Claude Code (tests/fixtures/agents/
- *   claude_code_first.json: its system blocks, ~32 kB of tools, its first
- *   user message, with a task of its own per session); turn k's prompt is
- *   turn k-1's + the model's answer + a tool call and its result (a file
- *   read, ~1.5 kB). The first system line, `x-anthropic-billing-header`,
- *   changes on every request, as Claude Code's does;
+ * - each session replays the captured 10-turn Claude Code 2.1.328 session
+ *   (tests/fixtures/agents/claude_code_session.json: the requests the
+ *   pinned CLI sent, turn by turn, with its tools, system blocks, its
+ *   `system` entry inside `messages`, `cache_control` moving to the last
+ *   block, the Read tool's results), each session with a task line of its
+ *   own in its first user message. The first system line,
+ *   `x-anthropic-billing-header`, gets a new `cch=` on every request, as
+ *   Claude Code's does in interactive use;
  * - S sessions (default 2) take turns on a node with K slots (default 1):
  *   fewer slots than sessions, so each session finds its slot taken by
  *   another's prefix when it comes back;
  * - reported: prompt tokens served from cache (`cache_read_input_tokens`)
- *   as a share of the prompt tokens of turns 2…N (target ≥ 90 %), with the
+ *   as a share of the prompt tokens of turns 2…10 (target ≥ 90 %), with the
  *   host-memory prefix cache (node/llama/prefix_store.ts) and without it
  *   (`ORCHARD_PREFIX_CACHE_MEMORY=0`, same slot policy), and their ratio.
  *
@@ -33,108 +34,66 @@ import { type Cluster, startCluster } from "../tests/fixtures/cluster.ts";
 const args = parseArgs({
   args: Deno.args,
   options: {
-    turns: { type: "string", default: "10" },
     sessions: { type: "string", default: "2" },
     slots: { type: "string", default: "1" },
   },
 }).values;
-const TURNS = Number(args.turns);
 const SESSIONS = Number(args.sessions);
 const SLOTS = Number(args.slots);
 
 type Block = Record<string, unknown>;
 type Message = { role: string; content: string | Block[] };
 
+/** The captured session: tools and system once, each turn's own fields. */
 const captured = JSON.parse(
   await Deno.readTextFile(
-    new URL("../tests/fixtures/agents/claude_code_first.json", import.meta.url),
+    new URL(
+      "../tests/fixtures/agents/claude_code_session.json",
+      import.meta.url,
+    ),
   ),
-).body as {
+) as {
   system: Block[];
   tools: Block[];
-  messages: Message[];
+  turns: ({ messages: Message[] } & Record<string, unknown>)[];
 };
+const TURNS = captured.turns.length;
 
 const BILLING = /^x-anthropic-billing-header:/;
 
-/** Claude Code's billing line, different on every request. */
+/** Claude Code's billing line, with a `cch=` of its own on every request. */
 function billingLine(): Block {
-  const tag = crypto.randomUUID().slice(0, 3);
+  const cch = crypto.randomUUID().slice(0, 5);
   return {
     type: "text",
     text:
-      `x-anthropic-billing-header: cc_version=2.1.328.${tag}; cc_entrypoint=sdk-cli;`,
+      `x-anthropic-billing-header: cc_version=2.1.328.07e; cc_entrypoint=cli; cch=${cch};`,
   };
 }
 
-/** A file read's result, different per session and turn. */
-function fileText(session: number, turn: number): string {
-  const lines = [];
-  for (let i = 0; i < 30; i++) {
-    lines.push(
-      `${
-        i + 1
-      }\texport function step${session}_${turn}_${i}(x: number) { return x * ${i}; }`,
-    );
-  }
-  return lines.join("\n");
-}
-
 class Session {
-  messages: Message[];
-  constructor(readonly n: number) {
-    const first = structuredClone(captured.messages);
-    const last = first.at(-1)!;
-    const task = {
-      type: "text",
-      text: `Session ${n}: refactor module ${n} and add tests for it.`,
-    };
-    last.content = Array.isArray(last.content)
-      ? [...last.content, task]
-      : [{ type: "text", text: last.content }, task];
-    this.messages = first;
-  }
+  constructor(readonly n: number) {}
 
-  body(withBilling: boolean): Record<string, unknown> {
+  /** Turn `turn` (1-based) of the capture, as this session sends it. */
+  body(turn: number, withBilling: boolean): Record<string, unknown> {
+    const t = structuredClone(captured.turns[turn - 1]!);
+    const first = t.messages[0]!;
+    const task = { type: "text", text: `Session ${this.n}.` };
+    first.content = Array.isArray(first.content)
+      ? [task, ...first.content]
+      : [task, { type: "text", text: first.content }];
     const system = captured.system.filter((b) =>
       !BILLING.test(String(b.text ?? ""))
     );
     return {
+      ...t,
       model: "agent",
       max_tokens: 16,
       temperature: 0,
+      stream: false,
       system: withBilling ? [billingLine(), ...system] : system,
       tools: captured.tools,
-      messages: this.messages,
     };
-  }
-
-  /** Appends the answer, a tool call and its result: the next turn's prompt. */
-  advance(answer: string, turn: number) {
-    const id = `toolu_${this.n}_${turn}`;
-    this.messages = [
-      ...this.messages,
-      {
-        role: "assistant",
-        content: [
-          { type: "text", text: answer || "Reading the file." },
-          {
-            type: "tool_use",
-            id,
-            name: "Read",
-            input: { file_path: `/repo/src/module_${this.n}_${turn}.ts` },
-          },
-        ],
-      },
-      {
-        role: "user",
-        content: [{
-          type: "tool_result",
-          tool_use_id: id,
-          content: fileText(this.n, turn),
-        }],
-      },
-    ];
   }
 }
 
@@ -161,16 +120,14 @@ async function send(c: Cluster, body: Record<string, unknown>) {
   }
   const u = j.usage as Usage;
   const cached = u.cache_read_input_tokens ?? 0;
-  const text = (j.content as Block[]).filter((b) => b.type === "text")
-    .map((b) => String(b.text)).join("");
-  return { prompt: u.input_tokens + cached, cached, text };
+  return { prompt: u.input_tokens + cached, cached };
 }
 
 /** Whether the gateway drops the billing line: two requests differing only in it. */
 async function gatewayDropsBilling(c: Cluster): Promise<boolean> {
   const s = new Session(99);
-  await send(c, s.body(true));
-  const again = await send(c, s.body(true));
+  await send(c, s.body(1, true));
+  const again = await send(c, s.body(1, true));
   return again.cached >= again.prompt * 0.9;
 }
 
@@ -190,13 +147,12 @@ async function run(prefixCache: string, withBilling: boolean | null) {
   const t0 = performance.now();
   for (let turn = 1; turn <= TURNS; turn++) {
     for (const s of sessions) {
-      const r = await send(c, s.body(billing));
+      const r = await send(c, s.body(turn, billing));
       if (turn === 1) firstPrompt = Math.max(firstPrompt, r.prompt);
       else {
         prompt += r.prompt;
         cached += r.cached;
       }
-      s.advance(r.text, turn);
     }
   }
   return {
@@ -210,7 +166,7 @@ async function run(prefixCache: string, withBilling: boolean | null) {
 }
 
 console.log(
-  `bench:cache: ${SESSIONS} Claude-Code-shaped sessions × ${TURNS} turns, interleaved, on ${SLOTS} slot(s) of the agent fixture model`,
+  `bench:cache: ${SESSIONS} replays of a captured ${TURNS}-turn Claude Code session, interleaved, on ${SLOTS} slot(s) of the agent fixture model`,
 );
 const full = await run("2GiB", null);
 if (!full.billing) {
