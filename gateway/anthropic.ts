@@ -308,14 +308,14 @@ export async function messages(
       routeTenant(ctx),
     );
     ex.routed(up.slot, up.notes);
+    if (a.ignored.length > 0) {
+      ex.report({ "x-orchard-ignored": a.ignored.join(", ") });
+    }
     const headers: Record<string, string> = {
       ...ex.headers,
       "x-request-id": requestId,
       "request-id": requestId,
     };
-    if (a.ignored.length > 0) {
-      headers["x-orchard-ignored"] = a.ignored.join(", ");
-    }
     if (up.kind === "stream") {
       return relayStream(
         ex,

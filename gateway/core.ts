@@ -451,6 +451,8 @@ export class Exchange {
   slots: number | null = null;
   /** Why it was refused for lack of capacity (null: it was not). */
   refused: UsageRecord["refused"] | null = null;
+  /** The `x-orchard-*` reports of how hints were taken (see UsageRecord.notes). */
+  notes: Record<string, string> = {};
   status = 200;
   outcome: UsageRecord["outcome"] = "ok";
   /** The error the client got (code and type), for the request log. */
@@ -546,9 +548,22 @@ export class Exchange {
     return this.completionCap;
   }
 
+  /**
+   * Reports how the request's hints were taken: `x-orchard-*` headers the
+   * client gets, kept in its usage record (the request log) too.
+   */
+  report(headers: Record<string, string>): void {
+    for (const [k, v] of Object.entries(headers)) {
+      this.headers[k] = v;
+      if (k.startsWith("x-orchard-")) {
+        this.notes[k.slice("x-orchard-".length)] = v.slice(0, 512);
+      }
+    }
+  }
+
   /** Notes the node slot the request got, how long it waited for it, and the node headers the client gets (`notes`). */
   routed(slot: SlotGrant, notes: Record<string, string> = {}): void {
-    Object.assign(this.headers, notes); // node headers passed on to the client
+    this.report(notes); // node headers passed on to the client
     this.nodeId = slot.node.id;
     this.queueMs = slot.queuedMs;
     this.slots = Math.max(1, slot.node.stats?.slots ?? 1);
@@ -683,6 +698,7 @@ export class Exchange {
       ...(this.queueMs > 0 ? { queueMs: this.queueMs } : {}),
       ...(this.slots !== null ? { slots: this.slots } : {}),
       ...(this.refused ? { refused: this.refused } : {}),
+      ...(Object.keys(this.notes).length > 0 ? { notes: this.notes } : {}),
     });
   }
 }

@@ -284,11 +284,8 @@ export async function createResponse(
           (await tenantRetention(core.deps.store, tenantId)).responses * DAY_MS,
         )
       : null;
-    const headers = {
-      ...ex.headers,
-      ...reportHeaders(r, body),
-      "x-request-id": requestId,
-    };
+    ex.report(reportHeaders(r, body));
+    const headers = { ...ex.headers, "x-request-id": requestId };
     if (up.kind === "stream") {
       return relayStream(
         ex,

@@ -182,7 +182,7 @@ async function view(c: C) {
               "Node",
               "Tokens in / out",
               "Latency / first byte",
-              "Error",
+              "Error / notes",
             ]}
             rows={data.items.length}
             empty={qs.size > 0
@@ -226,6 +226,13 @@ async function view(c: C) {
                     : r.outcome === "cancelled"
                     ? "cancelled"
                     : "—"}
+                  {r.notes && (
+                    <div class="muted" data-notes>
+                      {Object.entries(r.notes).map(([k, v]) => (
+                        <div key={k}>{k}: {v}</div>
+                      ))}
+                    </div>
+                  )}
                 </td>
               </tr>
             ))}

@@ -62,6 +62,14 @@ export interface UsageRecord {
    * the queue full, or its wait for a slot timed out.
    */
   refused?: "queue_full" | "queue_timeout";
+  /**
+   * How the request's hints were taken, as its `x-orchard-*` response
+   * headers said (names without the prefix): `ignored` (accepted, no
+   * effect here), `tools-omitted` (built-in tools left out), `tool-grammar`
+   * (tools whose argument schemas were loosened), `reasoning-effort`.
+   * Absent: none applied. Never prompt text.
+   */
+  notes?: Record<string, string>;
 }
 
 /** Upper bounds (ms) of the latency and TTFT histogram buckets; the last is +Inf. */

@@ -7,6 +7,8 @@
 import assert from "node:assert/strict";
 import { createWorld, readSSE, type World } from "../gateway/_testing.ts";
 import { CHAT_FIELDS, RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
+import { listRequestLog } from "../store/request_log.ts";
+import { SYSTEM } from "../store/principal.ts";
 
 const WEATHER = {
   type: "function",
@@ -487,6 +489,12 @@ Deno.test("Anthropic hints Claude Code sends are accepted, reported in x-orchard
       assert.equal(f in sent, false, `${f} is not forwarded`);
     }
     assert.equal(sent.prompt_cache_key, "266a2577-a312-4c5b-a9aa-50af274255da");
+    // the request log keeps how the hints were taken
+    await w.gw.core.usage.flush();
+    const log = await listRequestLog(w.store, SYSTEM, w.tenant.id, {});
+    assert.deepEqual(log.items[0]!.notes, {
+      ignored: "thinking, output_config.effort, safeguards",
+    });
   } finally {
     await w.close();
   }

@@ -611,6 +611,12 @@ export function openApiDocument() {
             ttftMs: { type: ["integer", "null"] },
             errorCode: { type: ["string", "null"] },
             errorType: { type: "string" },
+            notes: {
+              type: "object",
+              additionalProperties: { type: "string" },
+              description:
+                "How the request's hints were taken, as its x-orchard-* response headers said (ignored, tools-omitted, tool-grammar, reasoning-effort)",
+            },
           },
         },
         Node: {
