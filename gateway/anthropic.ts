@@ -8,7 +8,7 @@
  * long: N tokens > M maximum" makes it compact; "input length and
  * `max_tokens` exceed context limit: N + K > M" makes it lower max_tokens).
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../lib/openai_errors.ts";
 import { sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {
@@ -53,9 +53,21 @@ export function contextOverflowMessage(message: string): string | null {
   return `input length and \`max_tokens\` exceed context limit: ${prompt} + ${out} > ${max}, decrease input length or \`max_tokens\` and try again`;
 }
 
+/** A context overflow with its numbers, in Anthropic's words. */
+function overflowMessage(e: ContextLengthError): string {
+  const n = e.promptTokens;
+  const m = e.contextLength;
+  const k = e.completionTokens;
+  return k === null || n >= m
+    ? `prompt is too long: ${n} tokens > ${m} maximum`
+    : `input length and \`max_tokens\` exceed context limit: ${n} + ${k} > ${m}, decrease input length or \`max_tokens\` and try again`;
+}
+
 function anthropicErrorBody(e: OpenAIError): string {
   const type = ERROR_TYPE[e.status] ?? "api_error";
-  const message = e.code === "context_length_exceeded"
+  const message = e instanceof ContextLengthError
+    ? overflowMessage(e)
+    : e.code === "context_length_exceeded"
     ? contextOverflowMessage(e.message) ?? e.message
     : e.message;
   return JSON.stringify({ type: "error", error: { type, message } });

@@ -258,7 +258,7 @@ Deno.test("orchard CLI: budgets and prices in major units with their currency", 
     assert.equal(set.code, 0, set.stderr);
     assert.match(
       set.stdout,
-      /tenant\s+money\s+500\.00 EUR\s+—\s+—\s+hard/,
+      /tenant\s+money\s+500\.00 EUR\s+0\.00 EUR\s+0\s+hard/,
     );
     const tokens = await orchard(
       url,

@@ -4,15 +4,14 @@
  * developer instructions, a `namespace` tool, the built-in `web_search`
  * tool, `reasoning.summary`, `include: ["reasoning.encrypted_content"]`
  * with `store: false`, `prompt_cache_key`, `client_metadata`), sent through
- * a real gateway and llama node. Only the model (the fixture's `tiny`) and
- * an output cap (the tiny model never stops on its own) are changed.
+ * a real gateway and llama node. Only the model and an output cap are
+ * changed.
  *
- * Every field is taken: nothing is refused by name. The tiny fixture model
- * has a 2048-token context and Codex's prompt is about 10,000 tokens, so
- * the node answers the exact context-length error, renamed to the
- * Responses param (`input`); with a model whose context holds it (an
- * agent-sized fixture), the same request is a 200 event stream, checked
- * here whenever the prompt fits.
+ * Every field is taken: nothing is refused by name. On the agent-sized
+ * fixture model (128k context) it is a 200 event stream; on the tiny one
+ * (2048 tokens; Codex's prompt is about 38,000) the node's exact
+ * context-length error, renamed to the Responses param (`input`), whose
+ * prompt count `/v1/responses/input_tokens` gives too.
  */
 import assert from "node:assert/strict";
 import { parseSSE } from "../lib/sse.ts";
@@ -26,10 +25,12 @@ const CAPTURED = JSON.parse(
   ),
 ) as { headers: Record<string, string>; body: Json };
 
-/** The captured request with the fixture model and an output cap. */
-function codexFirst(): { headers: Record<string, string>; body: Json } {
+/** The captured request with a fixture model and an output cap. */
+function codexFirst(
+  model: string,
+): { headers: Record<string, string>; body: Json } {
   const body = structuredClone(CAPTURED.body);
-  body.model = "tiny";
+  body.model = model;
   body.max_output_tokens = 12;
   const headers = { ...CAPTURED.headers };
   for (const h of ["authorization", "host", "content-length"]) {
@@ -59,68 +60,57 @@ function checkStream(raw: string) {
 
 Deno.test({
   name:
-    "Codex CLI 0.169.0's captured first request: every field taken, answered as a stream or with the exact context-length error",
+    "Codex CLI 0.169.0's captured first request: every field taken, a stream on an agent-sized context, the exact context-length error on a small one",
   sanitizeResources: false,
   sanitizeOps: false,
 }, async () => {
   await using cluster = await startCluster({
-    slots: 2,
-    threads: 1,
+    models: [{ name: "tiny" }, { name: "agent", size: "agent" }],
+    slots: 1,
     heartbeatMs: 1000,
   });
-  const { headers, body } = codexFirst();
-  const res = await fetch(`${cluster.url}/v1/responses`, {
-    method: "POST",
-    headers: {
-      ...headers,
-      authorization: `Bearer ${cluster.apiKey}`,
-      "content-type": "application/json",
-    },
-    body: JSON.stringify(body),
-  });
+  const send = (path: string, body: Json, headers: Record<string, string>) =>
+    fetch(`${cluster.url}${path}`, {
+      method: "POST",
+      headers: {
+        ...headers,
+        authorization: `Bearer ${cluster.apiKey}`,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify(body),
+    });
+
+  // agent-sized: the whole first turn streams
+  const agent = codexFirst("agent");
+  const ok = await send("/v1/responses", agent.body, agent.headers);
+  const okText = await ok.text();
+  assert.equal(ok.status, 200, okText.slice(0, 500));
+  assert.equal(ok.headers.get("x-orchard-tools-omitted"), "web_search");
+  assert.match(ok.headers.get("content-type") ?? "", /^text\/event-stream/);
+  checkStream(okText);
+
+  // too long for the tiny model: the node's numbers, as input_tokens counts
+  const tiny = codexFirst("tiny");
+  const res = await send("/v1/responses", tiny.body, tiny.headers);
   const text = await res.text();
-  if (res.status === 200) {
-    assert.equal(res.headers.get("x-orchard-tools-omitted"), "web_search");
-    assert.match(res.headers.get("content-type") ?? "", /^text\/event-stream/);
-    checkStream(text);
-    return;
-  }
-  // the prompt does not fit the tiny model's context: the node's own error,
-  // named as the Responses API names it; no field was refused
   assert.equal(res.status, 400, text.slice(0, 500));
   const e = JSON.parse(text).error;
   assert.equal(e.code, "context_length_exceeded", text);
   assert.equal(e.param, "input", text);
-  assert.match(
-    e.message,
-    /^This model's maximum context length is \d+ tokens\. However, you requested \d+ tokens \(\d+ in the input, 12 in the completion\)\.$/,
+  const m = e.message.match(
+    /^This model's maximum context length is (\d+) tokens\. However, your input resulted in (\d+) tokens\. Please reduce the length of the input\.$/,
   );
-  const [, ctx, , prompt] = e.message.match(/(\d+).*?(\d+).*?\((\d+)/)!.map(
-    Number,
-  );
-  assert.ok(prompt! > ctx!, `${prompt} > ${ctx}`);
-  // the same request counted: the estimate sees a prompt over the context too
-  const counted = { ...body };
+  assert.ok(m, e.message);
+  const [ctx, prompt] = [Number(m[1]), Number(m[2])];
+  assert.equal(ctx, 2048);
+  assert.ok(prompt > ctx, `${prompt} > ${ctx}`);
+  const counted = { ...tiny.body };
   for (
-    const f of [
-      "stream",
-      "store",
-      "include",
-      "prompt_cache_key",
-      "client_metadata",
-      "max_output_tokens",
-    ]
+    const f of ["stream", "store", "include", "client_metadata"]
   ) delete counted[f];
-  const n = await fetch(`${cluster.url}/v1/responses/input_tokens`, {
-    method: "POST",
-    headers: {
-      authorization: `Bearer ${cluster.apiKey}`,
-      "content-type": "application/json",
-    },
-    body: JSON.stringify(counted),
-  });
+  const n = await send("/v1/responses/input_tokens", counted, {});
   const j = await n.json();
   assert.equal(n.status, 200, JSON.stringify(j));
   assert.equal(j.object, "response.input_tokens");
-  assert.ok(j.input_tokens > ctx!, JSON.stringify(j));
+  assert.equal(j.input_tokens, prompt, JSON.stringify(j));
 });
