@@ -1,0 +1,132 @@
+import assert from "node:assert/strict";
+import {
+  QWEN3_TEMPLATE,
+  QWEN3_THINKING_TEMPLATE,
+  QWEN_TOOLS_TEMPLATE,
+} from "../../tools/fixture_templates.ts";
+import { ChatTemplate } from "./chat_template.ts";
+import { ChoiceCollector, ChoiceOutput } from "./choice_output.ts";
+import { opensThinking, reasoningVars, ThinkSplitter } from "./reasoning.ts";
+import { ToolCallParser } from "./tool_calls.ts";
+
+const SPECIAL = { bosToken: "", eosToken: "<|im_end|>" };
+const HI = [{ role: "user", content: "hi" }];
+
+/** Feeds `text` one character at a time and folds the pieces. */
+function fold(out: ChoiceOutput, text: string): ChoiceCollector {
+  const all = new ChoiceCollector();
+  for (const ch of text) for (const p of out.text(ch, undefined)) all.add(p);
+  for (const p of out.end()) all.add(p);
+  return all;
+}
+
+Deno.test("ChatTemplate.reasoning: Qwen3 has enable_thinking and <think> output; Qwen2.5 has neither; a template reading reasoning_effort has that control", () => {
+  assert.deepEqual(new ChatTemplate(QWEN3_TEMPLATE, SPECIAL).reasoning, {
+    control: "enable_thinking",
+    parses: true,
+  });
+  assert.deepEqual(new ChatTemplate(QWEN_TOOLS_TEMPLATE, SPECIAL).reasoning, {
+    control: null,
+    parses: false,
+  });
+  const harmony =
+    "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for m in messages %}{{ m.content }}{% endfor %}";
+  assert.deepEqual(new ChatTemplate(harmony, SPECIAL).reasoning, {
+    control: "reasoning_effort",
+    parses: false,
+  });
+});
+
+Deno.test("reasoningVars() turns enable_thinking off for none and minimal, on for the rest; passes reasoning_effort as is", () => {
+  const t = new ChatTemplate(QWEN3_TEMPLATE, SPECIAL);
+  const off = t.render(HI, { extra: reasoningVars("enable_thinking", "none") });
+  assert.ok(off.endsWith("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  assert.deepEqual(reasoningVars("enable_thinking", "minimal"), {
+    enable_thinking: false,
+  });
+  const on = t.render(HI, { extra: reasoningVars("enable_thinking", "high") });
+  assert.ok(on.endsWith("<|im_start|>assistant\n"));
+  assert.equal(on, t.render(HI)); // the template's default: thinking on
+  assert.deepEqual(reasoningVars("reasoning_effort", "low"), {
+    reasoning_effort: "low",
+  });
+  assert.deepEqual(reasoningVars(null, "low"), {});
+  assert.deepEqual(reasoningVars("enable_thinking", null), {});
+});
+
+Deno.test("opensThinking() is true only for a prompt that ends inside <think>", () => {
+  const thinking = new ChatTemplate(QWEN3_THINKING_TEMPLATE, SPECIAL);
+  assert.equal(opensThinking(thinking.render(HI)), true);
+  const qwen3 = new ChatTemplate(QWEN3_TEMPLATE, SPECIAL);
+  assert.equal(opensThinking(qwen3.render(HI)), false);
+  assert.equal(
+    opensThinking(qwen3.render(HI, { extra: { enable_thinking: false } })),
+    false,
+  );
+});
+
+Deno.test("ThinkSplitter splits <think>…</think> at any boundary, drops the blank after it, and holds tag pieces", () => {
+  const text = "\n<think>\nplan a, then b\n</think>\n\nThe answer.";
+  for (let cut = 0; cut <= text.length; cut++) {
+    const s = new ThinkSplitter(false);
+    const a = s.push(text.slice(0, cut));
+    const b = s.push(text.slice(cut));
+    const c = s.end();
+    assert.equal(
+      a.reasoning + b.reasoning + c.reasoning,
+      "\nplan a, then b\n",
+      `cut at ${cut}`,
+    );
+    assert.equal(a.content + b.content + c.content, "The answer.");
+  }
+  // no think block: all content, and a lone "<thi" at the end is content
+  const plain = new ThinkSplitter(false);
+  assert.deepEqual(plain.push("<thi"), { reasoning: "", content: "" });
+  assert.deepEqual(plain.end(), { reasoning: "", content: "<thi" });
+  // opened by the prompt: reasoning from the first byte; cut short, all of it
+  const open = new ThinkSplitter(true);
+  assert.deepEqual(open.push("step one </thi"), {
+    reasoning: "step one ",
+    content: "",
+  });
+  assert.deepEqual(open.end(), { reasoning: "</thi", content: "" });
+  // a later "<think>" is content
+  const late = new ThinkSplitter(false);
+  assert.deepEqual(late.push("x <think>y</think>"), {
+    reasoning: "",
+    content: "x <think>y</think>",
+  });
+});
+
+Deno.test("ChoiceOutput sends thinking as reasoning_content deltas and parses the tool call after it", () => {
+  const out = new ChoiceOutput(
+    "chat",
+    new ToolCallParser("hermes"),
+    false,
+    new ThinkSplitter(false),
+  );
+  const pieces = [
+    "<think>\nI need the weather.\n</think>\n\n",
+    '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+  ].flatMap((t) => out.text(t, undefined)).concat(out.end());
+  assert.deepEqual(pieces[0]!.delta, {
+    reasoning_content: "\nI need the weather.\n",
+  });
+  assert.ok(pieces.every((p) => !("content" in (p.delta ?? {}))));
+  const all = new ChoiceCollector();
+  for (const p of pieces) all.add(p);
+  assert.equal(all.reasoning, "\nI need the weather.\n");
+  assert.equal(all.content, "");
+  assert.equal(all.calls[0]!.function.name, "weather");
+  assert.deepEqual(JSON.parse(all.calls[0]!.function.arguments), {
+    city: "Oslo",
+  });
+  assert.equal(out.finishReason("stop"), "tool_calls");
+
+  const streamed = fold(
+    new ChoiceOutput("chat", null, false, new ThinkSplitter(true)),
+    "a plan</think>\n\nDone.",
+  );
+  assert.equal(streamed.reasoning, "a plan");
+  assert.equal(streamed.content, "Done.");
+});
