@@ -203,13 +203,18 @@ async function translate(
 
 /**
  * Whether `reasoning.effort` reaches a reasoning control: every node that
- * may serve the model fronts an OpenAI-compatible engine (vLLM,
- * llama-server, …), which takes `reasoning_effort` as chat does; the llama
- * engine has none, so there it is a hint with nothing to set.
+ * may serve the model either fronts an OpenAI-compatible engine (vLLM,
+ * llama-server, …), which takes `reasoning_effort` as chat does, or
+ * reports a reasoning control for it (the llama engine, from the model's
+ * chat template: `enable_thinking`, `reasoning_effort`). Elsewhere it is a
+ * hint with nothing to set.
  */
-function effortReaches(core: GatewayCore, model: string): boolean {
+export function effortReaches(core: GatewayCore, model: string): boolean {
   const nodes = core.fleet.candidates(model);
-  return nodes.length > 0 && nodes.every((n) => n.engine === "openai");
+  return nodes.length > 0 && nodes.every((n) =>
+    n.engine === "openai" ||
+    !!n.models.find((m) => m.id === model)?.reasoning?.control
+  );
 }
 
 /** The headers that report how hints were taken (see the module comment). */
@@ -299,7 +304,7 @@ export async function createResponse(
     const n = normaliseCompletion(up.json, "chat", m.id);
     ex.firstToken();
     ex.bill(n.reported, n.counted, Math.ceil(n.counted / 4));
-    const { output, ending } = outputOf(up.json, shell);
+    const { output, ending } = await outputOf(up.json, shell);
     const response = responseObject(shell, {
       status: ending.status,
       output,

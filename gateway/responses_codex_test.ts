@@ -207,7 +207,7 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
     namespace: "multi_agent_v1",
     name: "close_agent",
   }]]);
-  const { output } = outputOf({
+  const { output } = await outputOf({
     choices: [{
       index: 0,
       message: {
@@ -241,7 +241,7 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
   assert.equal(call!.name, "close_agent");
   assert.equal(call!.namespace, "multi_agent_v1");
   // without a namespace nothing is added
-  const plain = outputOf({
+  const plain = (await outputOf({
     choices: [{
       index: 0,
       message: {
@@ -255,14 +255,14 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
       },
       finish_reason: "tool_calls",
     }],
-  }, { names }).output[0]!;
+  }, { names })).output[0]!;
   assert.equal(plain.name, "exec_command");
   assert.equal("namespace" in plain, false);
 });
 
 Deno.test("sealReasoning() makes a compact JWE (dir, A256GCM) that jose opens, and that does not open once altered", async () => {
   const key = crypto.getRandomValues(new Uint8Array(32));
-  const sealed = sealReasoning(key, "t1", "secret thought");
+  const sealed = await sealReasoning(key, "t1", "secret thought");
   const parts = sealed.split(".");
   assert.equal(parts.length, 5);
   assert.equal(parts[1], "");
@@ -414,14 +414,14 @@ Deno.test("POST /v1/responses: sealed reasoning that was altered or is another o
   try {
     const key = await reasoningKey(w.store);
     const other = await createTenant(w.store, SYSTEM, { name: "Other" });
-    const sealed = sealReasoning(key, w.tenant.id, "mine");
+    const sealed = await sealReasoning(key, w.tenant.id, "mine");
     const parts = sealed.split(".");
     const c = parts[3]!;
     parts[3] = (c[0] === "A" ? "B" : "A") + c.slice(1);
     for (
       const bad of [
         parts.join("."),
-        sealReasoning(key, other.id, "theirs"),
+        await sealReasoning(key, other.id, "theirs"),
         "not-a-jwe",
       ]
     ) {
