@@ -65,6 +65,7 @@ import {
   sealReasoning,
 } from "./responses_reasoning.ts";
 import { ResponsesSink } from "./responses_stream.ts";
+import { effortReaches } from "./effort.ts";
 import { flatName } from "./responses_tools.ts";
 import { relayStream } from "./stream.ts";
 import { parseChat } from "./validate.ts";
@@ -199,22 +200,6 @@ async function translate(
     body.reasoning_effort = r.effort;
   }
   return { body, items, key };
-}
-
-/**
- * Whether `reasoning.effort` reaches a reasoning control: every node that
- * may serve the model either fronts an OpenAI-compatible engine (vLLM,
- * llama-server, …), which takes `reasoning_effort` as chat does, or
- * reports a reasoning control for it (the llama engine, from the model's
- * chat template: `enable_thinking`, `reasoning_effort`). Elsewhere it is a
- * hint with nothing to set.
- */
-export function effortReaches(core: GatewayCore, model: string): boolean {
-  const nodes = core.fleet.candidates(model);
-  return nodes.length > 0 && nodes.every((n) =>
-    n.engine === "openai" ||
-    !!n.models.find((m) => m.id === model)?.reasoning?.control
-  );
 }
 
 /** The headers that report how hints were taken (see the module comment). */
