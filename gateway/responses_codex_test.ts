@@ -316,7 +316,7 @@ Deno.test("POST /v1/responses stream: Codex's tools and reasoning, the call rest
     },
   });
   try {
-    // the llama engine has no reasoning control
+    // a llama-engine model whose template has no reasoning control
     w.fleet.nodes().forEach((n) => (n.engine = "llama"));
     const { res, events } = await codexTurn(w);
     assert.equal(res.headers.get("x-orchard-tools-omitted"), "web_search");
@@ -484,6 +484,71 @@ Deno.test("POST /v1/responses: reasoning.effort reaches an engine with a reasoni
     assert.equal(res.headers.get("x-orchard-reasoning-effort"), "passed");
     assert.equal(w.up.requests.at(-1)!.body.reasoning_effort, "low");
     assert.equal(res.headers.get("x-orchard-tools-omitted"), null);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("POST /v1/responses: reasoning.effort is passed to a llama node whose model reports a reasoning control, and not where one candidate lacks it", async () => {
+  const w = await createWorld({ script: { reasoning: "think first" } });
+  try {
+    const node = w.fleet.nodes()[0]!;
+    node.engine = "llama";
+    node.models = node.models.map((m) => ({
+      ...m,
+      reasoning: { control: "enable_thinking" as const, parses: true },
+    }));
+    const res = await w.post("/v1/responses", {
+      model: "tiny",
+      input: "hi",
+      store: false,
+      include: ["reasoning.encrypted_content"],
+      reasoning: { effort: "none" },
+    });
+    const body = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(body));
+    assert.equal(res.headers.get("x-orchard-reasoning-effort"), "passed");
+    assert.equal(w.up.requests.at(-1)!.body.reasoning_effort, "none");
+    // the reasoning item's jose-sealed content goes back as input next turn
+    const rs = body.output.find((i: { type: string }) =>
+      i.type === "reasoning"
+    );
+    assert.equal(rs.encrypted_content.split(".").length, 5);
+    const next = await w.post("/v1/responses", {
+      model: "tiny",
+      store: false,
+      input: [
+        { role: "user", content: "hi" },
+        ...body.output,
+        { role: "user", content: "and?" },
+      ],
+    });
+    await next.body?.cancel();
+    assert.equal(next.status, 200);
+    const sent = w.up.requests.at(-1)!.body.messages as {
+      role: string;
+      reasoning_content?: string;
+    }[];
+    assert.equal(sent[1]!.role, "assistant");
+    assert.equal(sent[1]!.reasoning_content, "think first");
+    // a second node serving the model without a control: not passed
+    w.fleet.add("node-b", w.up.url, [{
+      id: "tiny-chat",
+      loaded: true,
+      kind: "chat",
+      reasoning: { control: null, parses: false },
+    }]);
+    w.fleet.nodes()[1]!.engine = "llama";
+    const mixed = await w.post("/v1/responses", {
+      model: "tiny",
+      input: "hi",
+      reasoning: { effort: "high" },
+    });
+    await mixed.body?.cancel();
+    assert.equal(
+      mixed.headers.get("x-orchard-reasoning-effort"),
+      "not_applicable",
+    );
   } finally {
     await w.close();
   }

@@ -196,9 +196,10 @@ export function reasoningItem(
 
 /** The text a reasoning item holds (its summary part or its reasoning_text). */
 function reasoningText(item: Item): string {
-  const parts = ((item.summary as Item[] | undefined)?.length
-    ? item.summary
-    : item.content) as Item[] | undefined;
+  const parts =
+    ((item.summary as Item[] | undefined)?.length
+      ? item.summary
+      : item.content) as Item[] | undefined;
   return String(parts?.[0]?.text ?? "");
 }
 

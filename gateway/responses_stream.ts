@@ -30,9 +30,9 @@ import {
   logprobsOf,
   reasoningItem,
   responseObject,
-  sealReasoningItem,
   type ResponseShell,
   responseUsage,
+  sealReasoningItem,
   textPart,
 } from "./responses_output.ts";
 import type { Item } from "./responses_request.ts";

@@ -216,7 +216,10 @@ function effortOf(body: OpenAIBody): string | null {
   const e = body.reasoning_effort;
   if (e === undefined || e === null) return null;
   if (typeof e !== "string" || !EFFORTS.includes(e)) {
-    bad("reasoning_effort", `\`reasoning_effort\` must be one of ${EFFORTS.join(", ")}`);
+    bad(
+      "reasoning_effort",
+      `\`reasoning_effort\` must be one of ${EFFORTS.join(", ")}`,
+    );
   }
   return e;
 }
