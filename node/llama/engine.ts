@@ -29,6 +29,7 @@ import {
 } from "./chat_template.ts";
 import { ChoiceOutput } from "./choice_output.ts";
 import {
+  grammarAfterThinking,
   opensThinking,
   type ReasoningFacts,
   reasoningVars,
@@ -497,16 +498,29 @@ export class LlamaEngine implements Engine {
       });
       // Mistral's and Llama's call markers are control tokens
       const renderSpecial = parser !== null && family !== "hermes";
+      if (!template.reasoning.parses) {
+        return {
+          request: { prompt, templated: true, renderSpecial, params },
+          output,
+          loose,
+        };
+      }
+      const opened = opensThinking(prompt);
       return {
-        request: { prompt, templated: true, renderSpecial, params },
-        output: template.reasoning.parses
-          ? new ChoiceOutput(
-            kind,
-            parser,
-            output.logprobs,
-            new ThinkSplitter(opensThinking(prompt)),
-          )
-          : output,
+        request: {
+          prompt,
+          templated: true,
+          renderSpecial,
+          params: opened && params.grammar
+            ? { ...params, grammar: grammarAfterThinking(params.grammar) }
+            : params,
+        },
+        output: new ChoiceOutput(
+          kind,
+          parser,
+          output.logprobs,
+          new ThinkSplitter(opened),
+        ),
         loose,
       };
     } catch (err) {

@@ -122,6 +122,17 @@ Deno.test("llama engine: reasoning_effort reaches the template's switch, and <th
         }
         assert.equal(reasoning, msg.reasoning_content);
         assert.equal(content, "");
+
+        // a structured answer's grammar waits for </think>: the thinking
+        // stays free (the same greedy text), not JSON forced inside it
+        const json = await (await e.chatCompletions({
+          ...body,
+          response_format: { type: "json_object" },
+        }, never)).json();
+        assert.equal(
+          json.choices[0].message.reasoning_content,
+          msg.reasoning_content,
+        );
       },
     );
   } finally {

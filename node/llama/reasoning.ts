@@ -15,6 +15,7 @@
  */
 
 import type { EngineModel } from "../engine.ts";
+import type { GrammarSpec } from "./protocol.ts";
 
 /** What a model's template says about its reasoning (reported in the model listing). */
 export type ReasoningFacts = NonNullable<EngineModel["reasoning"]>;
@@ -59,6 +60,24 @@ export function reasoningVars(
 export function opensThinking(prompt: string): boolean {
   const at = prompt.lastIndexOf("<think>");
   return at >= 0 && prompt.slice(at + 7).trim() === "";
+}
+
+/** What a lazy grammar's trigger must match before the answer: the thinking and its close. */
+const THOUGHT = String.raw`[\s\S]*?</think>`;
+
+/**
+ * A grammar for an output that starts inside `<think>` (`opensThinking`):
+ * the thinking is free and the grammar applies from `</think>` on (a lazy
+ * grammar whose triggers first pass the close), so a structured answer or
+ * a required tool call comes after the reasoning instead of inside it.
+ */
+export function grammarAfterThinking(spec: GrammarSpec): GrammarSpec {
+  return {
+    gbnf: spec.gbnf,
+    triggers: spec.triggers?.length
+      ? spec.triggers.map((t) => THOUGHT + t.replace(/^\^/, ""))
+      : [String.raw`${THOUGHT}\s*([\s\S]*)`],
+  };
 }
 
 const OPEN = "<think>";

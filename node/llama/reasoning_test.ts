@@ -6,7 +6,12 @@ import {
 } from "../../tools/fixture_templates.ts";
 import { ChatTemplate } from "./chat_template.ts";
 import { ChoiceCollector, ChoiceOutput } from "./choice_output.ts";
-import { opensThinking, reasoningVars, ThinkSplitter } from "./reasoning.ts";
+import {
+  grammarAfterThinking,
+  opensThinking,
+  reasoningVars,
+  ThinkSplitter,
+} from "./reasoning.ts";
 import { ToolCallParser } from "./tool_calls.ts";
 
 const SPECIAL = { bosToken: "", eosToken: "<|im_end|>" };
@@ -129,4 +134,26 @@ Deno.test("ChoiceOutput sends thinking as reasoning_content deltas and parses th
   );
   assert.equal(streamed.reasoning, "a plan");
   assert.equal(streamed.content, "Done.");
+});
+
+Deno.test("grammarAfterThinking() makes a grammar lazy from </think> on, keeping each trigger after it", () => {
+  const whole = grammarAfterThinking({ gbnf: 'root ::= "{}"' });
+  assert.equal(whole.gbnf, 'root ::= "{}"');
+  const [t] = whole.triggers!;
+  const re = new RegExp(`^(?:${t})$`);
+  assert.equal(re.exec("<x>")?.[1], undefined);
+  assert.equal(re.exec("plan</think>")?.[1], "");
+  assert.equal(re.exec("plan</think>\n\n{")?.[1], "{");
+  const lazy = grammarAfterThinking({
+    gbnf: "root ::= call",
+    triggers: [String.raw`[\s\S]*?(<tool_call>[\s\S]*)`, String.raw`^\s*(\{)`],
+  });
+  const [hermes, llama3] = lazy.triggers!.map((x) => new RegExp(`^(?:${x})$`));
+  // a call opener inside the thinking does not trigger; one after it does
+  assert.equal(hermes!.exec("<tool_call> maybe"), null);
+  assert.equal(
+    hermes!.exec("<tool_call> maybe</think>\n<tool_call>{")?.[1],
+    "<tool_call>{",
+  );
+  assert.equal(llama3!.exec("hmm</think> {")?.[1], "{");
 });
