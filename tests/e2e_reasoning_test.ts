@@ -166,6 +166,30 @@ Deno.test("e2e reasoning on the llama engine: effort passed, thinking as reasoni
         assert.equal(msg.content[0].type, "thinking");
         assert.ok(msg.content[0].thinking.length > 0);
         assert.equal(msg.content[0].signature.split(".").length, 5);
+        // streamed and cut while thinking: the block is signed before its stop
+        const streamed = await post("/v1/messages", {
+          model: "thinker",
+          max_tokens: 6,
+          temperature: 0,
+          stream: true,
+          messages: [{ role: "user", content: "hi" }],
+          thinking: { type: "adaptive" },
+        });
+        const events = parseSSE(await streamed.text()).map((e) =>
+          JSON.parse(e.data) as Obj
+        );
+        const deltas = events.filter((e) => e.type === "content_block_delta")
+          .map((e) => e.delta as Obj);
+        assert.equal(
+          deltas.filter((d) => d.type === "thinking_delta")
+            .map((d) => d.thinking).join(""),
+          msg.content[0].thinking,
+        );
+        const sig = deltas.at(-1)!;
+        assert.equal(sig.type, "signature_delta");
+        assert.equal(String(sig.signature).split(".").length, 5);
+        const end = events.find((e) => e.type === "message_delta")!;
+        assert.equal((end.delta as Obj).stop_reason, "max_tokens");
         const tokens = async (thinking: Obj) => {
           const r = await post("/v1/messages", {
             model: "qwen3",
