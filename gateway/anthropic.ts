@@ -198,7 +198,7 @@ export class AnthropicSink implements StreamSink {
     this.sawText = this.norm.chunks > before;
     const o = this.norm.last;
     this.norm.last = null;
-    let s = this.#start();
+    const s = this.#start();
     const choice = o && Array.isArray(o.choices)
       ? o.choices[0] as Record<string, unknown> | undefined
       : undefined;
