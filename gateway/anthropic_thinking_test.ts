@@ -5,6 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { createWorld, readSSE, type World } from "./_testing.ts";
+import { AnthropicSink } from "./anthropic.ts";
+import type { Exchange } from "./core.ts";
+import { ChunkNormaliser } from "./normalise.ts";
 import { reasoningKey, unsealReasoning } from "./responses_reasoning.ts";
 
 type Obj = Record<string, unknown>;
@@ -151,4 +154,45 @@ Deno.test("POST /v1/messages: on a model without a reasoning control, thinking a
   } finally {
     await w.close();
   }
+});
+
+Deno.test("AnthropicSink: a delta with the last of the thinking and the first text signs the whole thinking", async () => {
+  const sink = new AnthropicSink(
+    new ChunkNormaliser("chat", "m"),
+    { promptEstimate: 1 } as unknown as Exchange,
+    "m",
+    null,
+    { display: "summarized", sign: (t) => Promise.resolve(`signed:${t}`) },
+  );
+  const chunk = (delta: Obj) =>
+    JSON.stringify({
+      id: "c",
+      object: "chat.completion.chunk",
+      created: 1,
+      model: "m",
+      choices: [{ index: 0, delta, finish_reason: null }],
+    });
+  let out = "";
+  for (
+    const d of [
+      { reasoning_content: "first, " },
+      { reasoning_content: "then", content: "Answer" },
+    ]
+  ) {
+    out += (await sink.data(chunk(d))) ?? "";
+  }
+  const events = out.split("\n").filter((l) => l.startsWith("data: "))
+    .map((l) => JSON.parse(l.slice(6)) as Obj);
+  const sig = events.find((e) =>
+    (e.delta as Obj | undefined)?.type === "signature_delta"
+  )!;
+  assert.equal((sig.delta as Obj).signature, "signed:first, then");
+  const kinds = events.map((e) => (e.delta as Obj | undefined)?.type ?? e.type);
+  assert.deepEqual(kinds.slice(-5), [
+    "thinking_delta",
+    "signature_delta",
+    "content_block_stop",
+    "content_block_start",
+    "text_delta",
+  ]);
 });

@@ -287,12 +287,15 @@ export class ResponsesSink implements StreamSink {
     this.sawText = this.norm.chunks > before;
     const o = this.norm.last;
     this.norm.last = null;
-    const s = this.#start();
+    let s = this.#start();
     const choice = o && Array.isArray(o.choices)
       ? o.choices[0] as Record<string, unknown> | undefined
       : undefined;
     if (!choice) return s || null;
     const d = (choice.delta ?? {}) as Record<string, unknown>;
+    if (typeof d.reasoning_content === "string" && d.reasoning_content) {
+      s += this.#reasoning(d.reasoning_content);
+    }
     const next = (typeof d.content === "string" && d.content.length > 0) ||
       (Array.isArray(d.tool_calls) && d.tool_calls.length > 0);
     if (next && this.#sealPending()) {
@@ -313,15 +316,12 @@ export class ResponsesSink implements StreamSink {
     return sealReasoningItem(this.shell, this.#output[this.#open]!);
   }
 
-  /** The events for one chunk's deltas, after `s`. */
+  /** The events for one chunk's text and tool-call deltas, after `s`. */
   #deltas(
     s: string,
     choice: Record<string, unknown>,
     d: Record<string, unknown>,
   ): string {
-    if (typeof d.reasoning_content === "string" && d.reasoning_content) {
-      s += this.#reasoning(d.reasoning_content);
-    }
     if (typeof d.content === "string" && d.content.length > 0) {
       s += this.#text(d.content, logprobsOf(choice));
     }
