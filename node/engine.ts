@@ -18,6 +18,8 @@
  *   final `data: {"error":{...}}` frame followed by `data: [DONE]`.
  * - `signal` aborts when the caller goes away: the engine stops generating and
  *   frees the slot.
+ * - Reasoning a model writes apart from its answer is `reasoning_content`
+ *   (in the message, and in stream deltas), as vLLM and llama-server send it.
  */
 
 /** A model an engine can serve. */
