@@ -511,8 +511,11 @@ export class LlamaEngine implements Engine {
           prompt,
           templated: true,
           renderSpecial,
-          params: opened && params.grammar
-            ? { ...params, grammar: grammarAfterThinking(params.grammar) }
+          params: params.grammar
+            ? {
+              ...params,
+              grammar: grammarAfterThinking(params.grammar, opened),
+            }
             : params,
         },
         output: new ChoiceOutput(

@@ -98,6 +98,38 @@ Deno.test("llama engine: reasoning_effort reaches the template's switch, and <th
     );
 
     await t.step(
+      "Qwen3 with a required tool: the call is parsed (its grammar allows no thinking first)",
+      async () => {
+        const r = await (await e.chatCompletions({
+          model: "qwen3",
+          messages: HI,
+          temperature: 0,
+          max_tokens: 120,
+          parallel_tool_calls: false,
+          tools: [{
+            type: "function",
+            function: {
+              name: "weather",
+              parameters: {
+                type: "object",
+                properties: { city: { type: "string", maxLength: 4 } },
+                required: ["city"],
+                additionalProperties: false,
+              },
+            },
+          }],
+          tool_choice: "required",
+        }, never)).json();
+        const m = r.choices[0].message;
+        const call = m.tool_calls?.[0]?.function;
+        assert.equal(call?.name, "weather", JSON.stringify(m));
+        assert.match(call.arguments, /^\{"city"\s*:\s*"/);
+        assert.equal(m.content, null);
+        assert.equal(m.reasoning_content, undefined);
+      },
+    );
+
+    await t.step(
       "after a prompt that opens <think>, the output is reasoning_content, streamed and not",
       async () => {
         const body = {

@@ -62,22 +62,39 @@ export function opensThinking(prompt: string): boolean {
   return at >= 0 && prompt.slice(at + 7).trim() === "";
 }
 
-/** What a lazy grammar's trigger must match before the answer: the thinking and its close. */
+/** What a lazy grammar's trigger must pass first when the prompt opened `<think>`: the thinking and its close. */
 const THOUGHT = String.raw`[\s\S]*?</think>`;
 
 /**
- * A grammar for an output that starts inside `<think>` (`opensThinking`):
- * the thinking is free and the grammar applies from `</think>` on (a lazy
- * grammar whose triggers first pass the close), so a structured answer or
- * a required tool call comes after the reasoning instead of inside it.
+ * The same where the model may open `<think>` itself: a whole think block
+ * at the start, or an output that does not start with one.
  */
-export function grammarAfterThinking(spec: GrammarSpec): GrammarSpec {
-  return {
-    gbnf: spec.gbnf,
-    triggers: spec.triggers?.length
-      ? spec.triggers.map((t) => THOUGHT + t.replace(/^\^/, ""))
-      : [String.raw`${THOUGHT}\s*([\s\S]*)`],
-  };
+const MAYBE_THOUGHT = String.raw`(?:\s*<think>[\s\S]*?</think>|(?!\s*<think>))`;
+
+/**
+ * A grammar that leaves the thinking free, for a model that thinks in
+ * `<think>…</think>`: a lazy grammar's triggers (a call opener under
+ * `tool_choice: auto`) count only after the thinking, so a call the model
+ * muses about is not forced into a call there. Where the prompt opened
+ * `<think>` (`opened`), a grammar over the whole output (a structured
+ * answer, a required call) becomes lazy from `</think>` on, so it comes
+ * after the reasoning instead of inside it; where it did not, such a
+ * grammar stays as it is (it does not let the output open `<think>`: the
+ * model answers without thinking).
+ */
+export function grammarAfterThinking(
+  spec: GrammarSpec,
+  opened: boolean,
+): GrammarSpec {
+  const before = opened ? THOUGHT : MAYBE_THOUGHT;
+  if (spec.triggers?.length) {
+    return {
+      gbnf: spec.gbnf,
+      triggers: spec.triggers.map((t) => before + t.replace(/^\^/, "")),
+    };
+  }
+  if (!opened) return spec;
+  return { gbnf: spec.gbnf, triggers: [String.raw`${THOUGHT}\s*([\s\S]*)`] };
 }
 
 const OPEN = "<think>";

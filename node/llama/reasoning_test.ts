@@ -136,8 +136,8 @@ Deno.test("ChoiceOutput sends thinking as reasoning_content deltas and parses th
   assert.equal(streamed.content, "Done.");
 });
 
-Deno.test("grammarAfterThinking() makes a grammar lazy from </think> on, keeping each trigger after it", () => {
-  const whole = grammarAfterThinking({ gbnf: 'root ::= "{}"' });
+Deno.test("grammarAfterThinking() makes a grammar lazy from </think> on after an opened <think>, keeping each trigger after it", () => {
+  const whole = grammarAfterThinking({ gbnf: 'root ::= "{}"' }, true);
   assert.equal(whole.gbnf, 'root ::= "{}"');
   const [t] = whole.triggers!;
   const re = new RegExp(`^(?:${t})$`);
@@ -147,7 +147,7 @@ Deno.test("grammarAfterThinking() makes a grammar lazy from </think> on, keeping
   const lazy = grammarAfterThinking({
     gbnf: "root ::= call",
     triggers: [String.raw`[\s\S]*?(<tool_call>[\s\S]*)`, String.raw`^\s*(\{)`],
-  });
+  }, true);
   const [hermes, llama3] = lazy.triggers!.map((x) => new RegExp(`^(?:${x})$`));
   // a call opener inside the thinking does not trigger; one after it does
   assert.equal(hermes!.exec("<tool_call> maybe"), null);
@@ -156,4 +156,24 @@ Deno.test("grammarAfterThinking() makes a grammar lazy from </think> on, keeping
     "<tool_call>{",
   );
   assert.equal(llama3!.exec("hmm</think> {")?.[1], "{");
+});
+
+Deno.test("grammarAfterThinking() where the model may open <think> itself: triggers count outside a think block only; whole grammars stay", () => {
+  const whole = { gbnf: 'root ::= "{}"' };
+  assert.equal(grammarAfterThinking(whole, false), whole);
+  const [t] = grammarAfterThinking({
+    gbnf: "root ::= call",
+    triggers: [String.raw`[\s\S]*?(<tool_call>[\s\S]*)`],
+  }, false).triggers!;
+  const re = new RegExp(`^(?:${t})$`);
+  // no thinking: the call triggers as before
+  assert.equal(re.exec("Sure. <tool_call>{")?.[1], "<tool_call>{");
+  // inside an open think block: it does not
+  assert.equal(re.exec("<think>\nmaybe <tool_call>{"), null);
+  assert.equal(re.exec("\n<think>\nmaybe <tool_call>{"), null);
+  // after the block: it does
+  assert.equal(
+    re.exec("<think>\nmaybe <tool_call></think>\n\n<tool_call>{")?.[1],
+    "<tool_call>{",
+  );
 });
