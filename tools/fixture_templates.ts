@@ -370,3 +370,11 @@ export const QWEN3_THINKING_TEMPLATE = QWEN3_TEMPLATE.replace(
     {{- '<|im_start|>assistant\n<think>\n' }}
 {%- endif %}`,
 );
+
+/**
+ * A short template in gpt-oss's Harmony shape (not its verbatim template):
+ * `reasoning_effort` in the system message, channels in assistant turns,
+ * the generation prompt `<|start|>assistant`.
+ */
+export const HARMONY_SHAPE_TEMPLATE =
+  "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for m in messages %}<|start|>{{ m.role }}{% if m.role == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ m.content }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}";

@@ -9,7 +9,7 @@
  * (pieces are folded together).
  */
 import type { TokenLogprob } from "./protocol.ts";
-import type { ThinkSplitter } from "./reasoning.ts";
+import type { ReasoningSplitter } from "./reasoning.ts";
 import type { ToolCallParser, ToolParseEvent } from "./tool_calls.ts";
 
 export type Kind = "chat" | "text";
@@ -49,7 +49,7 @@ export class ChoiceOutput {
     readonly kind: Kind,
     readonly parser: ToolCallParser | null,
     readonly logprobs: boolean,
-    readonly think: ThinkSplitter | null = null,
+    readonly think: ReasoningSplitter | null = null,
   ) {}
 
   /** Pieces for one text event of the model process. */

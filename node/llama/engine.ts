@@ -28,12 +28,13 @@ import {
   TemplateError,
 } from "./chat_template.ts";
 import { ChoiceOutput } from "./choice_output.ts";
+import { HarmonySplitter } from "./harmony.ts";
 import {
   grammarAfterThinking,
   opensThinking,
   type ReasoningFacts,
+  reasoningSplitter,
   reasoningVars,
-  ThinkSplitter,
 } from "./reasoning.ts";
 import { outputGrammar } from "./constraints.ts";
 import {
@@ -496,9 +497,13 @@ export class LlamaEngine implements Engine {
         addGenerationPrompt: true,
         extra: reasoningVars(template.reasoning.control, effort),
       });
-      // Mistral's and Llama's call markers are control tokens
-      const renderSpecial = parser !== null && family !== "hermes";
-      if (!template.reasoning.parses) {
+      const splitter = reasoningSplitter(facts?.chatTemplate ?? "", prompt);
+      const harmony = splitter instanceof HarmonySplitter;
+      // Mistral's and Llama's call markers are control tokens, and
+      // Harmony's channel markers
+      const renderSpecial = (parser !== null && family !== "hermes") ||
+        harmony;
+      if (!splitter) {
         return {
           request: { prompt, templated: true, renderSpecial, params },
           output,
@@ -511,19 +516,14 @@ export class LlamaEngine implements Engine {
           prompt,
           templated: true,
           renderSpecial,
-          params: params.grammar
+          params: params.grammar && !harmony
             ? {
               ...params,
               grammar: grammarAfterThinking(params.grammar, opened),
             }
             : params,
         },
-        output: new ChoiceOutput(
-          kind,
-          parser,
-          output.logprobs,
-          new ThinkSplitter(opened),
-        ),
+        output: new ChoiceOutput(kind, parser, output.logprobs, splitter),
         loose,
       };
     } catch (err) {

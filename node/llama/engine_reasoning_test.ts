@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { writeFixtureModel } from "../../tools/fixture_model.ts";
 import {
+  HARMONY_SHAPE_TEMPLATE,
   QWEN3_TEMPLATE,
   QWEN3_THINKING_TEMPLATE,
 } from "../../tools/fixture_templates.ts";
@@ -32,6 +33,10 @@ Deno.test("llama engine: reasoning_effort reaches the template's switch, and <th
     seed: 1,
     template: QWEN3_THINKING_TEMPLATE,
   });
+  await writeFixtureModel(join(dir, "harmony.gguf"), {
+    seed: 1,
+    template: HARMONY_SHAPE_TEMPLATE,
+  });
   const e = createLlamaEngine({ modelsDir: dir, slots: 2, threads: 2 });
   try {
     await e.start();
@@ -41,6 +46,7 @@ Deno.test("llama engine: reasoning_effort reaches the template's switch, and <th
         (await e.models()).map((m) => [m.id, m.reasoning]),
       );
       assert.deepEqual(byId, {
+        harmony: { control: "reasoning_effort", parses: true },
         qwen3: { control: "enable_thinking", parses: true },
         thinker: { control: null, parses: true },
         tiny: { control: null, parses: false },
@@ -94,6 +100,29 @@ Deno.test("llama engine: reasoning_effort reaches the template's switch, and <th
         assert.ok(r.choices[0].message.content.length > 0);
         // no "<think>" at the start of this output: nothing is reasoning
         assert.equal(r.choices[0].message.reasoning_content, undefined);
+      },
+    );
+
+    await t.step(
+      "a Harmony template gets reasoning_effort as is",
+      async () => {
+        const count = async (effort: string) =>
+          (await e.countTokens!({
+            model: "harmony",
+            messages: HI,
+            reasoning_effort: effort,
+          }, never)).promptTokens;
+        // "Reasoning: medium" vs "Reasoning: low": 3 more byte tokens
+        assert.equal(await count("medium"), (await count("low")) + 3);
+        const r = await (await e.chatCompletions({
+          model: "harmony",
+          messages: HI,
+          temperature: 0,
+          max_tokens: 6,
+          reasoning_effort: "high",
+        }, never)).json();
+        // no channel markers in this gibberish: it is all content
+        assert.ok(r.choices[0].message.content.length > 0);
       },
     );
 

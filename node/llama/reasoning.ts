@@ -12,9 +12,11 @@
  *   vLLM and llama-server do, and the rest on as content (where tool calls
  *   are parsed). Where the rendered prompt already opened `<think>` (R1's
  *   and Qwen3-Thinking's generation prompt), the output starts inside it.
+ *   gpt-oss's Harmony channels are split the same way (node/llama/harmony.ts).
  */
 
 import type { EngineModel } from "../engine.ts";
+import { HarmonySplitter, isHarmony } from "./harmony.ts";
 import type { GrammarSpec } from "./protocol.ts";
 
 /** What a model's template says about its reasoning (reported in the model listing). */
@@ -36,7 +38,7 @@ export function reasoningFacts(
     : reads("reasoning_effort")
     ? "reasoning_effort"
     : null;
-  return { control, parses: source.includes("</think>") };
+  return { control, parses: source.includes("</think>") || isHarmony(source) };
 }
 
 /**
@@ -114,13 +116,36 @@ export interface Split {
   content: string;
 }
 
+/** Splits a model's output into reasoning and content as it streams. */
+export interface ReasoningSplitter {
+  /** Feeds generated text; returns what is certain now (text that may be a marker is held). */
+  push(text: string): Split;
+  /** End of generation: what was held, where it belongs. */
+  end(): Split;
+}
+
+/**
+ * The splitter for a model's output (null: it does not reason apart from
+ * its answer): Harmony channels for gpt-oss, else `<think>…</think>` for a
+ * template that writes `</think>`, opened already when `prompt` opened it.
+ */
+export function reasoningSplitter(
+  source: string,
+  prompt: string,
+): ReasoningSplitter | null {
+  if (isHarmony(source)) return new HarmonySplitter();
+  return source.includes("</think>")
+    ? new ThinkSplitter(opensThinking(prompt))
+    : null;
+}
+
 /**
  * Splits generated text into reasoning (inside `<think>…</think>` at the
  * start of the output, or from the start when the prompt opened it) and
  * content (after it; whitespace right after `</think>` is dropped).
  * Text that may be the start of a tag is held until it is clear.
  */
-export class ThinkSplitter {
+export class ThinkSplitter implements ReasoningSplitter {
   #mode: "before" | "inside" | "after";
   #held = "";
   /** Whitespace right after `</think>` is not content. */
