@@ -3,6 +3,9 @@
  * (JSON or SSE events in Anthropic's order: message_start,
  * content_block_start, ping, content_block_delta…, content_block_stop,
  * message_delta with usage, message_stop) and `/v1/messages/count_tokens`.
+ * Reasoning (`thinking`, `output_config.effort`) reaches models with a
+ * reasoning control as a chat `reasoning_effort`, and the model's
+ * reasoning comes back as signed thinking blocks when thinking was asked.
  * Errors on these routes use Anthropic's shape; a prompt too long for the
  * model's context gets the exact texts Claude Code acts on ("prompt is too
  * long: N tokens > M maximum" makes it compact; "input length and
@@ -19,7 +22,9 @@ import {
 } from "./normalise.ts";
 import { fail, readBody } from "./openai.ts";
 import { relayStream, type StreamSink } from "./stream.ts";
-import { toOpenAI } from "./anthropic_request.ts";
+import { type AnthropicRequest, toOpenAI } from "./anthropic_request.ts";
+import { effortReaches } from "./effort.ts";
+import { reasoningKey, sealReasoning } from "./responses_reasoning.ts";
 import type { AppliedEdit } from "./anthropic_context.ts";
 import { affinityOf } from "./affinity.ts";
 import { countPromptTokens, tokenCountHeaders } from "./count_tokens.ts";
@@ -89,16 +94,36 @@ const STOP: Record<string, string> = {
 
 const ev = (name: string, data: unknown) => sseFrame(data, name);
 
-/** Renders OpenAI chunks as Anthropic stream events. */
+/**
+ * Thinking blocks, when the request asked for thinking: how they show the
+ * model's reasoning (`omitted`: empty text), and what signs them (the
+ * reasoning sealed with jose, as Responses' `encrypted_content`: opaque to
+ * the client, which sends it back with earlier turns; the gateway leaves
+ * earlier thinking out of the prompt).
+ */
+export interface ThinkingOutput {
+  display: "summarized" | "omitted";
+  sign: (text: string) => Promise<string>;
+}
+
+/**
+ * Renders OpenAI chunks as Anthropic stream events. A node's
+ * `reasoning_content` becomes a thinking block (`thinking_delta`s, then a
+ * `signature_delta` before its `content_block_stop`) when thinking was
+ * asked for, and is left out when not.
+ */
 export class AnthropicSink implements StreamSink {
   sawText = false;
   #started = false;
   #pinged = false;
   #index = -1;
-  #open: "text" | "tool" | null = null;
+  #open: "text" | "tool" | "thinking" | null = null;
   readonly #tools = new Map<number, number>();
   #stop = "end_turn";
   readonly #id = openAIId("msg_");
+  /** The open thinking block's text, and its signature once made. */
+  #thought = "";
+  #signature: string | null = null;
 
   constructor(
     readonly norm: ChunkNormaliser,
@@ -106,6 +131,8 @@ export class AnthropicSink implements StreamSink {
     readonly model: string,
     /** `context_management.applied_edits` for message_delta (null: not asked). */
     readonly applied: AppliedEdit[] | null = null,
+    /** Thinking blocks (null: thinking not asked for, reasoning left out). */
+    readonly thinking: ThinkingOutput | null = null,
   ) {}
   get reported() {
     return this.norm.reported;
@@ -137,14 +164,25 @@ export class AnthropicSink implements StreamSink {
 
   #close(): string {
     if (this.#open === null) return "";
+    let s = "";
+    if (this.#open === "thinking") {
+      s = ev("content_block_delta", {
+        type: "content_block_delta",
+        index: this.#index,
+        delta: { type: "signature_delta", signature: this.#signature ?? "" },
+      });
+    }
     this.#open = null;
-    return ev("content_block_stop", {
+    return s + ev("content_block_stop", {
       type: "content_block_stop",
       index: this.#index,
     });
   }
 
-  #openBlock(kind: "text" | "tool", block: Record<string, unknown>): string {
+  #openBlock(
+    kind: "text" | "tool" | "thinking",
+    block: Record<string, unknown>,
+  ): string {
     let s = this.#close();
     this.#index++;
     this.#open = kind;
@@ -166,7 +204,7 @@ export class AnthropicSink implements StreamSink {
       : this.#openBlock("text", { type: "text", text: "" });
   }
 
-  data(payload: string): string | null {
+  data(payload: string): string | null | Promise<string | null> {
     const before = this.norm.chunks;
     this.norm.push(payload);
     this.sawText = this.norm.chunks > before;
@@ -178,6 +216,56 @@ export class AnthropicSink implements StreamSink {
       : undefined;
     if (!choice) return s || null;
     const d = (choice.delta ?? {}) as Record<string, unknown>;
+    if (
+      this.thinking && typeof d.reasoning_content === "string" &&
+      d.reasoning_content
+    ) {
+      s += this.#thinkingDelta(d.reasoning_content);
+    }
+    const next = (typeof d.content === "string" && d.content.length > 0) ||
+      (Array.isArray(d.tool_calls) && d.tool_calls.length > 0);
+    if (next && this.#signPending()) {
+      // the thinking block ends here: sign it before its stop is made
+      return this.#sign().then(() => this.#deltas(s, choice, d) || null);
+    }
+    return this.#deltas(s, choice, d) || null;
+  }
+
+  /** Whether the open block is thinking still to sign. */
+  #signPending(): boolean {
+    return this.#open === "thinking" && this.#signature === null;
+  }
+
+  async #sign(): Promise<void> {
+    this.#signature = await this.thinking!.sign(this.#thought);
+  }
+
+  #thinkingDelta(text: string): string {
+    let s = "";
+    if (this.#open !== "thinking") {
+      s += this.#openBlock("thinking", {
+        type: "thinking",
+        thinking: "",
+        signature: "",
+      });
+      this.#thought = "";
+      this.#signature = null;
+    }
+    this.#thought += text;
+    if (this.thinking!.display === "omitted") return s;
+    return s + ev("content_block_delta", {
+      type: "content_block_delta",
+      index: this.#index,
+      delta: { type: "thinking_delta", thinking: text },
+    });
+  }
+
+  /** The events for one chunk's text and tool-call deltas, after `s`. */
+  #deltas(
+    s: string,
+    choice: Record<string, unknown>,
+    d: Record<string, unknown>,
+  ): string {
     if (typeof d.content === "string" && d.content.length > 0) {
       s += this.#text();
       s += ev("content_block_delta", {
@@ -211,7 +299,12 @@ export class AnthropicSink implements StreamSink {
     if (typeof choice.finish_reason === "string") {
       this.#stop = STOP[choice.finish_reason] ?? "end_turn";
     }
-    return s || null;
+    return s;
+  }
+
+  /** Signs a thinking block the answer ended in, before the end goes out. */
+  async complete(): Promise<void> {
+    if (this.#signPending()) await this.#sign();
   }
 
   end(): string {
@@ -243,15 +336,24 @@ function contextManagement(applied: AppliedEdit[] | null) {
 }
 
 /** Converts a non-stream chat completion into an Anthropic message. */
-function toMessage(
+async function toMessage(
   o: Record<string, unknown>,
   ex: Exchange,
   model: string,
   applied: AppliedEdit[] | null,
-): Record<string, unknown> {
+  thinking: ThinkingOutput | null,
+): Promise<Record<string, unknown>> {
   const choice = (o.choices as Record<string, unknown>[])[0] ?? {};
   const msg = (choice.message ?? {}) as Record<string, unknown>;
   const content: unknown[] = [];
+  const thought = msg.reasoning_content;
+  if (thinking && typeof thought === "string" && thought.length > 0) {
+    content.push({
+      type: "thinking",
+      thinking: thinking.display === "omitted" ? "" : thought,
+      signature: await thinking.sign(thought),
+    });
+  }
   if (typeof msg.content === "string" && msg.content.length > 0) {
     content.push({ type: "text", text: msg.content });
   }
@@ -292,6 +394,31 @@ function anthropicUsage(ex: Exchange) {
   };
 }
 
+/**
+ * Gives `thinking` / `output_config.effort` their meaning: the chat
+ * `reasoning_effort` they come to, sent where every node serving the model
+ * has a reasoning control (gateway/effort.ts); whether it was.
+ */
+function applyEffort(
+  core: GatewayCore,
+  a: AnthropicRequest,
+  model: string,
+): boolean {
+  if (a.effort === null || !effortReaches(core, model)) return false;
+  a.chat.body.reasoning_effort = a.effort;
+  return true;
+}
+
+/** Thinking blocks signed for the tenant (see ThinkingOutput). */
+async function thinkingOutput(
+  core: GatewayCore,
+  tenantId: string,
+  display: ThinkingOutput["display"],
+): Promise<ThinkingOutput> {
+  const key = await reasoningKey(core.deps.store);
+  return { display, sign: (text) => sealReasoning(key, tenantId, text) };
+}
+
 /** `POST /v1/messages`. */
 export async function messages(
   core: GatewayCore,
@@ -304,6 +431,7 @@ export async function messages(
     const a = toOpenAI(await readBody(core, req));
     const p = a.chat;
     const m = core.resolveModel(ctx, p.model, "chat");
+    const reaches = applyEffort(core, a, m.id);
     ex.model = m.id;
     const cap = await ex.admit(ctx, p, m);
     p.body.max_tokens = cap;
@@ -320,9 +448,13 @@ export async function messages(
       routeTenant(ctx),
     );
     ex.routed(up.slot, up.notes);
-    if (a.ignored.length > 0) {
-      ex.report({ "x-orchard-ignored": a.ignored.join(", ") });
+    const ignored = reaches ? a.ignored : [...a.effortPaths, ...a.ignored];
+    if (ignored.length > 0) {
+      ex.report({ "x-orchard-ignored": ignored.join(", ") });
     }
+    const thinking: ThinkingOutput | null = a.thinking
+      ? await thinkingOutput(core, ctx.tenant.id, a.thinking.display)
+      : null;
     const headers: Record<string, string> = {
       ...ex.headers,
       "x-request-id": requestId,
@@ -337,6 +469,7 @@ export async function messages(
           ex,
           p.model,
           a.applied,
+          thinking,
         ),
         headers,
       );
@@ -347,7 +480,7 @@ export async function messages(
     ex.firstToken();
     ex.bill(r.reported, r.counted, Math.ceil(r.counted / 4));
     ex.finish();
-    const msg = toMessage(up.json, ex, p.model, a.applied);
+    const msg = await toMessage(up.json, ex, p.model, a.applied, thinking);
     return new Response(JSON.stringify(msg), {
       headers: {
         "content-type": "application/json",
@@ -382,6 +515,7 @@ export async function countTokens(
       : 1;
     const a = toOpenAI(body);
     const m = core.resolveModel(ctx, a.chat.model, "chat");
+    applyEffort(core, a, m.id); // the switch may change the prompt (an empty think block)
     const n = await countPromptTokens(core, {
       model: m.id,
       body: a.chat.body,

@@ -3,7 +3,9 @@
  * must be (`thinking`, `output_config`, `safeguards`, `metadata`): checked
  * as Anthropic checks them, then given their nearest meaning here; those
  * that have none on Orchard's nodes are listed in `ignored` (the
- * `x-orchard-ignored` response header). `output_config.format` is the
+ * `x-orchard-ignored` response header). `thinking` and
+ * `output_config.effort` become a chat `reasoning_effort` for models with a
+ * reasoning control, and are reported only where the model has none. `output_config.format` is the
  * exception that decides the answer: it becomes an enforced
  * `response_format`.
  */
@@ -22,7 +24,28 @@ export interface Hints {
   session: string | null;
   /** `output_config.format` as a chat `response_format`. */
   format: Record<string, unknown> | null;
+  /**
+   * The chat `reasoning_effort` that `thinking` and `output_config.effort`
+   * come to (null: neither was given): `thinking` disabled is `none`;
+   * enabled or adaptive is the effort given, else `high` (Anthropic's
+   * default); an effort without `thinking` is that effort. Sent only to a
+   * model with a reasoning control (gateway/effort.ts).
+   */
+  effort: string | null;
+  /** The paths to report in `x-orchard-ignored` when the model has no reasoning control. */
+  effortPaths: string[];
+  /** Thinking asked for (enabled or adaptive): how thinking blocks show it; null: no thinking blocks. */
+  thinking: { display: "summarized" | "omitted" } | null;
 }
+
+/** Anthropic's `output_config.effort` as a chat `reasoning_effort` (`max` is the highest there is). */
+const CHAT_EFFORT: Record<string, string> = {
+  low: "low",
+  medium: "medium",
+  high: "high",
+  xhigh: "xhigh",
+  max: "xhigh",
+};
 
 /** Reads and checks the hint fields of a Messages body. */
 export function readHints(
@@ -30,23 +53,38 @@ export function readHints(
   maxTokens: number,
 ): Hints {
   const ignored: string[] = [];
-  if (thinking(body.thinking, maxTokens)) ignored.push("thinking");
+  const effortPaths: string[] = [];
+  const asked = thinking(body.thinking, maxTokens);
+  if (asked) effortPaths.push("thinking");
   const config = outputConfig(body.output_config);
-  if (config.effort) ignored.push("output_config.effort");
+  if (config.effort) effortPaths.push("output_config.effort");
   if (safeguards(body.safeguards)) ignored.push("safeguards");
   const user = metadataUser(body.metadata) ?? null;
+  const given = config.effort ? CHAT_EFFORT[config.effort]! : null;
+  const disabled = isObj(body.thinking) && body.thinking.type === "disabled";
   return {
     ignored,
     user,
     session: user === null ? null : sessionOf(user),
     format: config.format,
+    effort: disabled ? "none" : asked ? given ?? "high" : given,
+    effortPaths,
+    thinking: asked
+      ? {
+        display: (body.thinking as Record<string, unknown>).display ===
+            "omitted"
+          ? "omitted"
+          : "summarized",
+      }
+      : null,
   };
 }
 
 /**
  * Checks `thinking`; returns whether it asks for reasoning (enabled or
- * adaptive). `display` says how thinking is shown: with no thinking blocks
- * in the answer there is nothing to show.
+ * adaptive). `display` says how thinking blocks show it: `omitted` leaves
+ * their text empty (the signature stays); `summarized` and `updates` show
+ * the model's reasoning as it is.
  */
 function thinking(v: unknown, maxTokens: number): boolean {
   if (v === undefined || v === null) return false;
@@ -81,11 +119,11 @@ function thinking(v: unknown, maxTokens: number): boolean {
   return true;
 }
 
-/** Reads `output_config`: whether it sets an effort, and the response format it asks for. */
+/** Reads `output_config`: the effort it sets, and the response format it asks for. */
 function outputConfig(
   v: unknown,
-): { effort: boolean; format: Record<string, unknown> | null } {
-  if (v === undefined || v === null) return { effort: false, format: null };
+): { effort: string | null; format: Record<string, unknown> | null } {
+  if (v === undefined || v === null) return { effort: null, format: null };
   if (!isObj(v)) throw bad("output_config", "must be an object");
   for (const k of Object.keys(v)) {
     if (
@@ -116,7 +154,7 @@ function outputConfig(
       json_schema: { name: "output", schema: f.schema, strict: true },
     };
   }
-  return { effort: e !== undefined && e !== null, format };
+  return { effort: e === undefined || e === null ? null : e as string, format };
 }
 
 /** `safeguards`: an array of typed requests for server-side checks, none of which run here. */

@@ -20,7 +20,7 @@ import {
   toolName,
 } from "./_anthropic_checks.ts";
 import { AnthropicTools } from "./anthropic_tools.ts";
-import { readHints } from "./anthropic_hints.ts";
+import { type Hints, readHints } from "./anthropic_hints.ts";
 import {
   type AppliedEdit,
   applyContextManagement,
@@ -37,8 +37,9 @@ import {
  * - `metadata`, `thinking`, `output_config`, `safeguards`: hints, read in
  *   anthropic_hints.ts (`metadata.user_id` is the chat `user`, Claude
  *   Code's session id the `prompt_cache_key`; `output_config.format` an
- *   enforced `response_format`; the others have no effect on nodes and are
- *   reported as ignored).
+ *   enforced `response_format`; `thinking` and `output_config.effort` a
+ *   `reasoning_effort` where the model has a reasoning control, else
+ *   reported as ignored, as `safeguards` is).
  * - `context_management`: applied here, before translation
  *   (anthropic_context.ts).
  * - `tools`: anthropic_tools.ts (tool search, tool changes).
@@ -81,6 +82,10 @@ export interface AnthropicRequest {
   originalTokens: number;
   /** Hints accepted that had no effect here, by request path. */
   ignored: string[];
+  /** Reasoning asked for: see `Hints` in anthropic_hints.ts. */
+  effort: string | null;
+  effortPaths: string[];
+  thinking: Hints["thinking"];
 }
 
 /** Block types in `messages[].content`; `thinking` ones are dropped (see `block`). */
@@ -310,5 +315,8 @@ export function toOpenAI(body: Record<string, unknown>): AnthropicRequest {
     applied: edits?.applied ?? null,
     originalTokens: parsed.prompt.estimate + cleared,
     ignored: hints.ignored,
+    effort: hints.effort,
+    effortPaths: hints.effortPaths,
+    thinking: hints.thinking,
   };
 }

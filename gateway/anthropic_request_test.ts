@@ -30,7 +30,11 @@ Deno.test("toOpenAI() accepts Claude Code 2.1.328's whole first request", () => 
   const a = toOpenAI(structuredClone(FIRST.body));
   assert.equal(a.chat.model, "agent");
   assert.deepEqual(a.applied, []); // clear_thinking keep all: nothing cleared
-  assert.deepEqual(a.ignored, ["thinking", "output_config.effort"]);
+  // reported only where the model has no reasoning control (gateway/anthropic.ts)
+  assert.deepEqual(a.ignored, []);
+  assert.deepEqual(a.effortPaths, ["thinking", "output_config.effort"]);
+  assert.equal(a.effort, "high");
+  assert.deepEqual(a.thinking, { display: "omitted" });
   const msgs = a.chat.body.messages as Obj[];
   assert.equal(msgs[0]!.role, "system");
   assert.ok(
@@ -66,23 +70,36 @@ Deno.test("toOpenAI(): two requests differing only in the billing line render th
   });
 });
 
-Deno.test("toOpenAI(): thinking adaptive and display are accepted and reported as ignored", () => {
+Deno.test("toOpenAI(): thinking comes to a reasoning effort and a display; disabled is effort none", () => {
   for (
-    const t of [
-      { type: "adaptive" },
-      { type: "adaptive", display: "omitted" },
-      { type: "adaptive", display: "updates" },
-      { type: "enabled", budget_tokens: 1024, display: "summarized" },
-    ]
+    const [t, effort, display] of [
+      [{ type: "adaptive" }, "high", "summarized"],
+      [{ type: "adaptive", display: "omitted" }, "high", "omitted"],
+      [{ type: "adaptive", display: "updates" }, "high", "summarized"],
+      [
+        { type: "enabled", budget_tokens: 1024, display: "summarized" },
+        "high",
+        "summarized",
+      ],
+    ] as const
   ) {
     const a = toOpenAI(base({ max_tokens: 2048, thinking: t }));
-    assert.deepEqual(a.ignored, ["thinking"], JSON.stringify(t));
+    assert.deepEqual(a.ignored, [], JSON.stringify(t));
+    assert.deepEqual(a.effortPaths, ["thinking"]);
+    assert.equal(a.effort, effort);
+    assert.deepEqual(a.thinking, { display });
     assert.equal("thinking" in a.chat.body, false);
   }
-  assert.deepEqual(
-    toOpenAI(base({ thinking: { type: "disabled" } })).ignored,
-    [],
-  );
+  const low = toOpenAI(base({
+    thinking: { type: "adaptive" },
+    output_config: { effort: "low" },
+  }));
+  assert.equal(low.effort, "low");
+  const off = toOpenAI(base({ thinking: { type: "disabled" } }));
+  assert.deepEqual([off.ignored, off.effortPaths], [[], []]);
+  assert.equal(off.effort, "none");
+  assert.equal(off.thinking, null);
+  assert.equal(toOpenAI(base({})).effort, null);
   refusedAt(base({ thinking: { type: "auto" } }), "thinking.type");
   refusedAt(
     base({ thinking: { type: "adaptive", display: "verbose" } }),
@@ -94,10 +111,13 @@ Deno.test("toOpenAI(): thinking adaptive and display are accepted and reported a
   );
 });
 
-Deno.test("toOpenAI(): output_config.effort is validated and reported; format becomes an enforced response_format", () => {
+Deno.test("toOpenAI(): output_config.effort is validated and mapped; format becomes an enforced response_format", () => {
   for (const effort of ["low", "medium", "high", "xhigh", "max"]) {
     const a = toOpenAI(base({ output_config: { effort } }));
-    assert.deepEqual(a.ignored, ["output_config.effort"]);
+    assert.deepEqual(a.effortPaths, ["output_config.effort"]);
+    assert.equal(a.effort, effort === "max" ? "xhigh" : effort);
+    assert.equal(a.thinking, null); // no thinking asked: no thinking blocks
+    // sent by the gateway only to a model with a reasoning control
     assert.equal("reasoning_effort" in a.chat.body, false);
   }
   refusedAt(

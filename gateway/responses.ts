@@ -65,6 +65,7 @@ import {
   sealReasoning,
 } from "./responses_reasoning.ts";
 import { ResponsesSink } from "./responses_stream.ts";
+import { effortReaches } from "./effort.ts";
 import { flatName } from "./responses_tools.ts";
 import { relayStream } from "./stream.ts";
 import { parseChat } from "./validate.ts";
@@ -201,17 +202,6 @@ async function translate(
   return { body, items, key };
 }
 
-/**
- * Whether `reasoning.effort` reaches a reasoning control: every node that
- * may serve the model fronts an OpenAI-compatible engine (vLLM,
- * llama-server, …), which takes `reasoning_effort` as chat does; the llama
- * engine has none, so there it is a hint with nothing to set.
- */
-function effortReaches(core: GatewayCore, model: string): boolean {
-  const nodes = core.fleet.candidates(model);
-  return nodes.length > 0 && nodes.every((n) => n.engine === "openai");
-}
-
 /** The headers that report how hints were taken (see the module comment). */
 function reportHeaders(
   r: ResponsesRequest,
@@ -299,7 +289,7 @@ export async function createResponse(
     const n = normaliseCompletion(up.json, "chat", m.id);
     ex.firstToken();
     ex.bill(n.reported, n.counted, Math.ceil(n.counted / 4));
-    const { output, ending } = outputOf(up.json, shell);
+    const { output, ending } = await outputOf(up.json, shell);
     const response = responseObject(shell, {
       status: ending.status,
       output,

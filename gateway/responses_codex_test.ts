@@ -207,7 +207,7 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
     namespace: "multi_agent_v1",
     name: "close_agent",
   }]]);
-  const { output } = outputOf({
+  const { output } = await outputOf({
     choices: [{
       index: 0,
       message: {
@@ -241,7 +241,7 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
   assert.equal(call!.name, "close_agent");
   assert.equal(call!.namespace, "multi_agent_v1");
   // without a namespace nothing is added
-  const plain = outputOf({
+  const plain = (await outputOf({
     choices: [{
       index: 0,
       message: {
@@ -255,14 +255,14 @@ Deno.test("outputOf(): a namespaced call goes back with namespace and bare name;
       },
       finish_reason: "tool_calls",
     }],
-  }, { names }).output[0]!;
+  }, { names })).output[0]!;
   assert.equal(plain.name, "exec_command");
   assert.equal("namespace" in plain, false);
 });
 
 Deno.test("sealReasoning() makes a compact JWE (dir, A256GCM) that jose opens, and that does not open once altered", async () => {
   const key = crypto.getRandomValues(new Uint8Array(32));
-  const sealed = sealReasoning(key, "t1", "secret thought");
+  const sealed = await sealReasoning(key, "t1", "secret thought");
   const parts = sealed.split(".");
   assert.equal(parts.length, 5);
   assert.equal(parts[1], "");
@@ -316,7 +316,7 @@ Deno.test("POST /v1/responses stream: Codex's tools and reasoning, the call rest
     },
   });
   try {
-    // the llama engine has no reasoning control
+    // a llama-engine model whose template has no reasoning control
     w.fleet.nodes().forEach((n) => (n.engine = "llama"));
     const { res, events } = await codexTurn(w);
     assert.equal(res.headers.get("x-orchard-tools-omitted"), "web_search");
@@ -414,14 +414,14 @@ Deno.test("POST /v1/responses: sealed reasoning that was altered or is another o
   try {
     const key = await reasoningKey(w.store);
     const other = await createTenant(w.store, SYSTEM, { name: "Other" });
-    const sealed = sealReasoning(key, w.tenant.id, "mine");
+    const sealed = await sealReasoning(key, w.tenant.id, "mine");
     const parts = sealed.split(".");
     const c = parts[3]!;
     parts[3] = (c[0] === "A" ? "B" : "A") + c.slice(1);
     for (
       const bad of [
         parts.join("."),
-        sealReasoning(key, other.id, "theirs"),
+        await sealReasoning(key, other.id, "theirs"),
         "not-a-jwe",
       ]
     ) {
@@ -484,6 +484,71 @@ Deno.test("POST /v1/responses: reasoning.effort reaches an engine with a reasoni
     assert.equal(res.headers.get("x-orchard-reasoning-effort"), "passed");
     assert.equal(w.up.requests.at(-1)!.body.reasoning_effort, "low");
     assert.equal(res.headers.get("x-orchard-tools-omitted"), null);
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("POST /v1/responses: reasoning.effort is passed to a llama node whose model reports a reasoning control, and not where one candidate lacks it", async () => {
+  const w = await createWorld({ script: { reasoning: "think first" } });
+  try {
+    const node = w.fleet.nodes()[0]!;
+    node.engine = "llama";
+    node.models = node.models.map((m) => ({
+      ...m,
+      reasoning: { control: "enable_thinking" as const, parses: true },
+    }));
+    const res = await w.post("/v1/responses", {
+      model: "tiny",
+      input: "hi",
+      store: false,
+      include: ["reasoning.encrypted_content"],
+      reasoning: { effort: "none" },
+    });
+    const body = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(body));
+    assert.equal(res.headers.get("x-orchard-reasoning-effort"), "passed");
+    assert.equal(w.up.requests.at(-1)!.body.reasoning_effort, "none");
+    // the reasoning item's jose-sealed content goes back as input next turn
+    const rs = body.output.find((i: { type: string }) =>
+      i.type === "reasoning"
+    );
+    assert.equal(rs.encrypted_content.split(".").length, 5);
+    const next = await w.post("/v1/responses", {
+      model: "tiny",
+      store: false,
+      input: [
+        { role: "user", content: "hi" },
+        ...body.output,
+        { role: "user", content: "and?" },
+      ],
+    });
+    await next.body?.cancel();
+    assert.equal(next.status, 200);
+    const sent = w.up.requests.at(-1)!.body.messages as {
+      role: string;
+      reasoning_content?: string;
+    }[];
+    assert.equal(sent[1]!.role, "assistant");
+    assert.equal(sent[1]!.reasoning_content, "think first");
+    // a second node serving the model without a control: not passed
+    w.fleet.add("node-b", w.up.url, [{
+      id: "tiny-chat",
+      loaded: true,
+      kind: "chat",
+      reasoning: { control: null, parses: false },
+    }]);
+    w.fleet.nodes()[1]!.engine = "llama";
+    const mixed = await w.post("/v1/responses", {
+      model: "tiny",
+      input: "hi",
+      reasoning: { effort: "high" },
+    });
+    await mixed.body?.cancel();
+    assert.equal(
+      mixed.headers.get("x-orchard-reasoning-effort"),
+      "not_applicable",
+    );
   } finally {
     await w.close();
   }

@@ -36,7 +36,7 @@ export interface ResponseShell {
   /** Whether reasoning goes out as a summary part (else as reasoning_text content). */
   summary?: boolean;
   /** Seals reasoning text as `encrypted_content` (absent: not included). */
-  seal?: ((text: string) => string) | null;
+  seal?: ((text: string) => Promise<string>) | null;
 }
 
 /** A response's status and how it ended. */
@@ -176,11 +176,11 @@ export function textPart(text: string, logprobs: unknown[]): Item {
 
 /**
  * A `reasoning` item holding reasoning text: as a `summary_text` part when
- * the shell asks for summaries, else as `reasoning_text` content; sealed
- * into `encrypted_content` too when the shell seals.
+ * the shell asks for summaries, else as `reasoning_text` content (sealed
+ * into `encrypted_content` by `sealReasoningItem` when the shell seals).
  */
 export function reasoningItem(
-  shell: Pick<ResponseShell, "summary" | "seal">,
+  shell: Pick<ResponseShell, "summary">,
   id: string,
   status: string,
   text: string,
@@ -190,9 +190,27 @@ export function reasoningItem(
     type: "reasoning",
     summary: shell.summary ? [{ type: "summary_text", text }] : [],
     ...(shell.summary ? {} : { content: [{ type: "reasoning_text", text }] }),
-    ...(shell.seal ? { encrypted_content: shell.seal(text) } : {}),
     status,
   };
+}
+
+/** The text a reasoning item holds (its summary part or its reasoning_text). */
+function reasoningText(item: Item): string {
+  const parts =
+    ((item.summary as Item[] | undefined)?.length
+      ? item.summary
+      : item.content) as Item[] | undefined;
+  return String(parts?.[0]?.text ?? "");
+}
+
+/** Seals a reasoning item's text into its `encrypted_content`, when the shell seals. */
+export async function sealReasoningItem(
+  shell: Pick<ResponseShell, "seal">,
+  item: Item,
+): Promise<void> {
+  if (shell.seal && item.type === "reasoning") {
+    item.encrypted_content = await shell.seal(reasoningText(item));
+  }
 }
 
 /** A `function_call` item (a namespaced function's with `namespace` and its bare name). */
@@ -219,10 +237,10 @@ export function callItem(
  * (gateway/normalise.ts): reasoning, text and tool calls in that order;
  * an empty message when there is none of them.
  */
-export function outputOf(
+export async function outputOf(
   completion: Record<string, unknown>,
   shell: Pick<ResponseShell, "names" | "summary" | "seal"> = {},
-): { output: Item[]; ending: Ending } {
+): Promise<{ output: Item[]; ending: Ending }> {
   const choice = ((completion.choices as unknown[])[0] ?? {}) as Record<
     string,
     unknown
@@ -234,9 +252,14 @@ export function outputOf(
     : [];
   const output: Item[] = [];
   if (typeof msg.reasoning_content === "string" && msg.reasoning_content) {
-    output.push(
-      reasoningItem(shell, itemId("rs_"), "completed", msg.reasoning_content),
+    const item = reasoningItem(
+      shell,
+      itemId("rs_"),
+      "completed",
+      msg.reasoning_content,
     );
+    await sealReasoningItem(shell, item);
+    output.push(item);
   }
   if (typeof msg.content === "string" && msg.content) {
     output.push(

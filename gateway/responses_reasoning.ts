@@ -2,7 +2,7 @@
  * Reasoning handed to the client sealed, for `store: false` conversations
  * (`include: ["reasoning.encrypted_content"]`, as Codex CLI asks): a
  * `reasoning` output item's `encrypted_content` is its text in a JWE
- * (`dir` + A256GCM, lib/jwt.ts) under a key derived with HKDF from the
+ * (`dir` + A256GCM, jose through lib/jwt.ts) under a key derived with HKDF from the
  * server's session secret with this purpose's own label, bound to the
  * tenant (`sub`). Sent back as input on a later turn, it is opened and the
  * text goes back into the assistant turn the model sees; one that does not
@@ -11,7 +11,7 @@
  */
 import { deriveKey256 } from "../lib/crypto.ts";
 import { invalidParam } from "../lib/openai_errors.ts";
-import { decryptJWT, encryptJWTSync } from "../lib/jwt.ts";
+import { decryptJWT, encryptJWT } from "../lib/jwt.ts";
 import type { Store } from "../store/store.ts";
 import type { Item } from "./responses_request.ts";
 
@@ -34,13 +34,13 @@ export function reasoningKey(store: Store): Promise<Uint8Array> {
   return key;
 }
 
-/** Seals reasoning text for a tenant (synchronous: streams need it mid-event). */
+/** Seals reasoning text for a tenant (jose's compact JWE). */
 export function sealReasoning(
   key: Uint8Array,
   tenantId: string,
   text: string,
-): string {
-  return encryptJWTSync(key, { r: text }, {
+): Promise<string> {
+  return encryptJWT(key, { r: text }, {
     iss: ISS,
     aud: AUD,
     sub: tenantId,

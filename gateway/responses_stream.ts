@@ -11,7 +11,8 @@
  * `…summary_part.done`), for a function call
  * `response.function_call_arguments.delta`…, `…arguments.done`; then
  * `response.output_item.done` (a reasoning item's carries its
- * `encrypted_content` when included). The stream ends with `response.completed`
+ * `encrypted_content` when included: sealed with jose once its text is
+ * final, the relay awaiting the seal before the next events are made). The stream ends with `response.completed`
  * (or `response.incomplete` when cut at `max_output_tokens`) holding the
  * whole response and its billed usage, or, when it breaks,
  * `response.failed` and an `error` event. The response is stored (when
@@ -31,6 +32,7 @@ import {
   responseObject,
   type ResponseShell,
   responseUsage,
+  sealReasoningItem,
   textPart,
 } from "./responses_output.ts";
 import type { Item } from "./responses_request.ts";
@@ -191,12 +193,6 @@ export class ResponsesSink implements StreamSink {
         part,
       });
     }
-    if (item.type === "reasoning" && this.shell.seal) {
-      const text = this.#summarised(item)
-        ? (item.summary as Item[])[0]!.text
-        : (item.content as Item[])[0]!.text;
-      item.encrypted_content = this.shell.seal(text as string);
-    }
     item.status = status;
     return s + this.#ev("response.output_item.done", {
       output_index: index,
@@ -284,7 +280,7 @@ export class ResponsesSink implements StreamSink {
     });
   }
 
-  data(payload: string): string | null {
+  data(payload: string): string | null | Promise<string | null> {
     const before = this.norm.chunks;
     if (payload.includes('"reasoning_tokens"')) this.#readReasoning(payload);
     this.norm.push(payload);
@@ -300,6 +296,32 @@ export class ResponsesSink implements StreamSink {
     if (typeof d.reasoning_content === "string" && d.reasoning_content) {
       s += this.#reasoning(d.reasoning_content);
     }
+    const next = (typeof d.content === "string" && d.content.length > 0) ||
+      (Array.isArray(d.tool_calls) && d.tool_calls.length > 0);
+    if (next && this.#sealPending()) {
+      // the reasoning item ends here: seal it before its done event is made
+      return this.#sealOpen().then(() => this.#deltas(s, choice, d) || null);
+    }
+    return this.#deltas(s, choice, d) || null;
+  }
+
+  /** Whether the open item is reasoning still to seal. */
+  #sealPending(): boolean {
+    return this.#kind() === "reasoning" && !!this.shell.seal &&
+      this.#output[this.#open]!.encrypted_content === undefined;
+  }
+
+  /** Seals the open reasoning item (its text is final: the next item begins). */
+  #sealOpen(): Promise<void> {
+    return sealReasoningItem(this.shell, this.#output[this.#open]!);
+  }
+
+  /** The events for one chunk's text and tool-call deltas, after `s`. */
+  #deltas(
+    s: string,
+    choice: Record<string, unknown>,
+    d: Record<string, unknown>,
+  ): string {
     if (typeof d.content === "string" && d.content.length > 0) {
       s += this.#text(d.content, logprobsOf(choice));
     }
@@ -311,7 +333,7 @@ export class ResponsesSink implements StreamSink {
     if (typeof choice.finish_reason === "string") {
       this.#finish = choice.finish_reason;
     }
-    return s || null;
+    return s;
   }
 
   /** Reasoning tokens from a usage chunk's `completion_tokens_details`. */
@@ -342,6 +364,7 @@ export class ResponsesSink implements StreamSink {
 
   /** Stores the final response before its last event goes out. */
   async complete(): Promise<void> {
+    if (this.#sealPending()) await this.#sealOpen();
     const final = this.#settle();
     if (!this.save) return;
     try {

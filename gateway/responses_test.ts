@@ -286,8 +286,8 @@ Deno.test("responses request: what cannot be served is refused by name, never ig
   );
 });
 
-Deno.test("responses output: a chat completion becomes a message and function_call items; length is incomplete", () => {
-  const done = outputOf({
+Deno.test("responses output: a chat completion becomes a message and function_call items; length is incomplete", async () => {
+  const done = await outputOf({
     choices: [{
       index: 0,
       finish_reason: "tool_calls",
@@ -326,7 +326,7 @@ Deno.test("responses output: a chat completion becomes a message and function_ca
     call_id: "call_1",
     name: "f",
   });
-  const cut = outputOf({
+  const cut = await outputOf({
     choices: [{ finish_reason: "length", message: { content: "abc" } }],
   });
   assert.deepEqual(cut.ending, {
@@ -334,7 +334,7 @@ Deno.test("responses output: a chat completion becomes a message and function_ca
     reason: "max_output_tokens",
   });
   assert.equal(cut.output[0]!.status, "incomplete");
-  const empty = outputOf({
+  const empty = await outputOf({
     choices: [{ finish_reason: "stop", message: { content: "" } }],
   });
   assert.equal(empty.output.length, 1);

@@ -15,8 +15,13 @@ type StreamCall = UpstreamResult & { kind: "stream" };
 
 /** The events a stream relay produces, rendered by an output format (OpenAI or Anthropic). */
 export interface StreamSink {
-  /** Called for each node payload; returns text to send (or null). Throws to end with an error. */
-  data(payload: string): string | null;
+  /**
+   * Called for each node payload; returns text to send (or null). Throws to
+   * end with an error. A sink returns a promise only where it must wait
+   * before its next events (sealing reasoning with jose): the relay awaits
+   * it before the next payload, so events keep their order.
+   */
+  data(payload: string): string | null | Promise<string | null>;
   /** Text sent after the last node event, once usage is billed. */
   end(): string;
   /** The terminal frame for an error. */
@@ -117,7 +122,8 @@ export function relayStream(
             done = true;
             break;
           }
-          const out = sink.data(data);
+          let out = sink.data(data);
+          if (typeof out === "object" && out !== null) out = await out;
           if (sink.sawText) ex.firstToken();
           if (out !== null) pending += out;
           // The events that came in the same read go out in one write.

@@ -6,8 +6,6 @@
  * on verification, and `iss`, `aud` and `exp` are always required.
  */
 import * as jose from "jose";
-import { createCipheriv } from "node:crypto";
-import { toBase64Url } from "./crypto.ts";
 
 /** Claims every Orchard JWT carries. */
 export interface BaseClaims {
@@ -62,48 +60,6 @@ export function encryptJWT(
     .setIssuer(opts.iss).setAudience(opts.aud).setSubject(opts.sub)
     .setIssuedAt().setExpirationTime(`${opts.ttlSeconds}s`)
     .encrypt(key);
-}
-
-const utf8 = new TextEncoder();
-
-/**
- * `encryptJWT` without awaiting: the same compact JWE (`dir`, A256GCM, a
- * random 96-bit IV, the protected header as the AAD, RFC 7516 §5.1), made
- * with node:crypto's synchronous AES-GCM for callers that cannot wait (a
- * stream's events are written synchronously). `decryptJWT` opens it.
- */
-export function encryptJWTSync(
-  key: Uint8Array,
-  claims: Record<string, unknown>,
-  opts: { iss: string; aud: string; sub: string; ttlSeconds: number },
-): string {
-  if (key.length !== 32) {
-    throw new RangeError(
-      `Cannot encrypt a JWT: the key must be 32 bytes: current length is ${key.length}`,
-    );
-  }
-  const iat = Math.floor(Date.now() / 1000);
-  const payload = {
-    ...claims,
-    iss: opts.iss,
-    aud: opts.aud,
-    sub: opts.sub,
-    iat,
-    exp: iat + opts.ttlSeconds,
-  };
-  const header = toBase64Url(
-    utf8.encode(JSON.stringify({ alg: "dir", enc: "A256GCM", typ: "JWT" })),
-  );
-  const iv = crypto.getRandomValues(new Uint8Array(12));
-  const cipher = createCipheriv("aes-256-gcm", key, iv);
-  cipher.setAAD(utf8.encode(header));
-  const body = cipher.update(utf8.encode(JSON.stringify(payload)));
-  const rest = cipher.final();
-  const ct = new Uint8Array(body.length + rest.length);
-  ct.set(body);
-  ct.set(rest, body.length);
-  const tag = new Uint8Array(cipher.getAuthTag());
-  return `${header}..${toBase64Url(iv)}.${toBase64Url(ct)}.${toBase64Url(tag)}`;
 }
 
 /**

@@ -77,6 +77,8 @@ export const CHAT_FIELDS: Readonly<Record<string, FieldRule>> = {
   prompt_cache_retention: refused(
     "nodes keep prompt prefixes as memory allows; retention cannot be set",
   ),
+  // The model's reasoning control: llama nodes set their chat template's
+  // switch (node/llama/reasoning.ts) and refuse it for a model without one.
   reasoning_effort: node,
   response_format: node,
   // End-user identifiers: they ask for nothing the answer could show.

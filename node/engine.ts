@@ -18,6 +18,8 @@
  *   final `data: {"error":{...}}` frame followed by `data: [DONE]`.
  * - `signal` aborts when the caller goes away: the engine stops generating and
  *   frees the slot.
+ * - Reasoning a model writes apart from its answer is `reasoning_content`
+ *   (in the message, and in stream deltas), as vLLM and llama-server send it.
  */
 
 /** A model an engine can serve. */
@@ -36,6 +38,19 @@ export interface EngineModel {
   embeddings?: boolean;
   /** What the model's chat template adds to a conversation, when the engine knows it. */
   promptOverhead?: PromptOverhead;
+  /**
+   * How the model reasons, when the engine knows (llama: from its chat
+   * template, node/llama/reasoning.ts): `control` is the template variable
+   * chat `reasoning_effort` sets (`enable_thinking` on/off, or
+   * `reasoning_effort` as is), null when the model has none and the field
+   * is refused; `parses`: its `<think>…</think>` output comes back as
+   * `reasoning_content`. The gateway passes an effort on only to models
+   * with a control (or to openai engines).
+   */
+  reasoning?: {
+    control: "enable_thinking" | "reasoning_effort" | null;
+    parses: boolean;
+  };
   /**
    * False for a model the engine lists but cannot serve now (an Exo model
    * card not downloaded, or not placed): nothing is routed to it, and the

@@ -89,6 +89,10 @@ const modelSchema = z.object({
     perMessage: z.number().int().min(0).max(1e5),
     tools: z.number().int().min(0).max(1e6),
   }).optional(),
+  reasoning: z.object({
+    control: z.enum(["enable_thinking", "reasoning_effort"]).nullable(),
+    parses: z.boolean(),
+  }).optional(),
   servable: z.literal(false).optional(),
 });
 const models = z.array(modelSchema).max(256);

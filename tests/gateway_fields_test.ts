@@ -457,9 +457,17 @@ const messages = (w: World, body: Record<string, unknown>, path = "") =>
     ...body,
   }, { "anthropic-beta": BETAS, "anthropic-version": "2023-06-01" });
 
-Deno.test("Anthropic hints Claude Code sends are accepted, reported in x-orchard-ignored and not forwarded", async () => {
+Deno.test("Anthropic hints Claude Code sends are accepted; on a model without a reasoning control, reported in x-orchard-ignored and not forwarded", async () => {
   const w = await createWorld();
   try {
+    // a llama-engine model whose chat template has no reasoning switch
+    for (const n of w.fleet.nodes()) {
+      n.engine = "llama";
+      n.models = n.models.map((m) => ({
+        ...m,
+        reasoning: { control: null, parses: false },
+      }));
+    }
     const res = await messages(w, {
       thinking: { type: "adaptive", display: "omitted" },
       output_config: { effort: "high" },
@@ -495,6 +503,32 @@ Deno.test("Anthropic hints Claude Code sends are accepted, reported in x-orchard
     assert.deepEqual(log.items[0]!.notes, {
       ignored: "thinking, output_config.effort, safeguards",
     });
+  } finally {
+    await w.close();
+  }
+});
+
+Deno.test("Anthropic thinking and output_config.effort reach a model with a reasoning control as reasoning_effort, unreported", async () => {
+  const w = await createWorld();
+  try {
+    for (const n of w.fleet.nodes()) {
+      n.engine = "llama";
+      n.models = n.models.map((m) => ({
+        ...m,
+        reasoning: { control: "enable_thinking" as const, parses: true },
+      }));
+    }
+    const res = await messages(w, {
+      thinking: { type: "adaptive", display: "omitted" },
+      output_config: { effort: "high" },
+      safeguards: [{ type: "dangerous_tool_use", classifier_context: {} }],
+    }, "?beta=true");
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    assert.equal(res.headers.get("x-orchard-ignored"), "safeguards");
+    const sent = w.up.requests[0]!.body;
+    assert.equal(sent.reasoning_effort, "high");
+    assert.equal("thinking" in sent || "output_config" in sent, false);
   } finally {
     await w.close();
   }

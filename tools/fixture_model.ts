@@ -1,5 +1,6 @@
 /**
- * `deno task fixture:model OUT.gguf [--size tiny|agent|small] [--seed N]`
+ * `deno task fixture:model OUT.gguf [--size tiny|agent|small] [--seed N]
+ *   [--template qwen2.5|qwen3|qwen3-thinking]`
  *
  * Writes a llama-architecture GGUF with seeded random weights, a byte-level
  * BPE vocabulary (256 byte tokens + ChatML control tokens) and Qwen2.5's
@@ -15,7 +16,20 @@ import {
   type GgufTensor,
   writeGguf,
 } from "../node/llama/gguf.ts";
-import { QWEN_TOOLS_TEMPLATE } from "./fixture_templates.ts";
+import {
+  QWEN3_TEMPLATE,
+  QWEN3_THINKING_TEMPLATE,
+  QWEN_TOOLS_TEMPLATE,
+} from "./fixture_templates.ts";
+
+/** The chat templates `--template` names (default `qwen2.5`). */
+export const FIXTURE_TEMPLATES: Record<string, string> = {
+  "qwen2.5": QWEN_TOOLS_TEMPLATE,
+  /** Reasoning: the `enable_thinking` switch, `<think>` output. */
+  qwen3: QWEN3_TEMPLATE,
+  /** Reasoning: the generation prompt opens `<think>`. */
+  "qwen3-thinking": QWEN3_THINKING_TEMPLATE,
+};
 
 /** Shapes of the generated models. */
 export const FIXTURE_SIZES = {
@@ -280,16 +294,18 @@ if (import.meta.main) {
       size: { type: "string" },
       seed: { type: "string" },
       name: { type: "string" },
+      template: { type: "string" },
     },
   });
   const out = positionals[0];
   const size = (args.size ?? "tiny") as FixtureSize;
-  if (typeof out !== "string" || !(size in FIXTURE_SIZES)) {
+  const template = FIXTURE_TEMPLATES[args.template ?? "qwen2.5"];
+  if (typeof out !== "string" || !(size in FIXTURE_SIZES) || !template) {
     // deno-lint-ignore no-console
     console.error(
       `usage: deno task fixture:model OUT.gguf [--size ${
         Object.keys(FIXTURE_SIZES).join("|")
-      }] [--seed N]`,
+      }] [--seed N] [--template ${Object.keys(FIXTURE_TEMPLATES).join("|")}]`,
     );
     Deno.exit(2);
   }
@@ -297,6 +313,7 @@ if (import.meta.main) {
     size,
     seed: args.seed ? Number(args.seed) : undefined,
     name: args.name,
+    template,
   });
   // deno-lint-ignore no-console
   console.log(

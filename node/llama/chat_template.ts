@@ -18,6 +18,7 @@ import {
   type TemplateMessage,
   toTemplateMessages,
 } from "./chat_messages.ts";
+import { type ReasoningFacts, reasoningFacts } from "./reasoning.ts";
 
 /** A template that cannot be compiled or rendered; the message says why. */
 export class TemplateError extends Error {
@@ -108,6 +109,8 @@ export class ChatTemplate {
   readonly supportsTools: boolean;
   /** Whether the template renders a system message (else it is folded into the first user turn). */
   readonly supportsSystemRole: boolean;
+  /** Its reasoning switch and whether its model thinks in `<think>…</think>` (node/llama/reasoning.ts). */
+  readonly reasoning: ReasoningFacts;
   readonly #template: Template;
   readonly #special: { bosToken: string; eosToken: string };
   readonly #shortIds: boolean;
@@ -123,6 +126,10 @@ export class ChatTemplate {
     }
     this.#special = special;
     this.supportsTools = readsVariable(this.#template.parsed, "tools");
+    this.reasoning = reasoningFacts(
+      source,
+      (name) => readsVariable(this.#template.parsed, name),
+    );
     // Mistral v0.3 and Nemo raise unless `tool_call_id|length == 9`.
     this.#shortIds = /length\s*[!=]=\s*9\b/.test(source);
     const user = { role: "user", content: "hi" };

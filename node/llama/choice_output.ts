@@ -2,10 +2,14 @@
  * Generated text → the pieces of one OpenAI choice: content deltas, tool
  * call deltas exactly as OpenAI streams them (index; id, type and name once
  * in the call's first delta; arguments in pieces), and logprobs in the
- * chat or legacy completions shape. Used for streams (each piece is one
- * chunk) and whole responses (pieces are folded together).
+ * chat or legacy completions shape. A model that thinks in
+ * `<think>…</think>` has that text split off first (node/llama/reasoning.ts)
+ * into `reasoning_content` deltas; only what follows reaches the tool-call
+ * parser. Used for streams (each piece is one chunk) and whole responses
+ * (pieces are folded together).
  */
 import type { TokenLogprob } from "./protocol.ts";
+import type { ReasoningSplitter } from "./reasoning.ts";
 import type { ToolCallParser, ToolParseEvent } from "./tool_calls.ts";
 
 export type Kind = "chat" | "text";
@@ -45,6 +49,7 @@ export class ChoiceOutput {
     readonly kind: Kind,
     readonly parser: ToolCallParser | null,
     readonly logprobs: boolean,
+    readonly think: ReasoningSplitter | null = null,
   ) {}
 
   /** Pieces for one text event of the model process. */
@@ -54,19 +59,34 @@ export class ChoiceOutput {
       this.#offset += text.length;
       return text || logprobs ? [{ text, logprobs }] : [];
     }
-    if (!this.parser) {
-      return text ? [{ delta: { content: text }, logprobs }] : [];
-    }
-    const pieces = this.#fromParser(this.parser.push(text));
-    // logprobs go with the first content piece of this event, if any
-    const first = pieces.find((p) => p.delta && "content" in p.delta);
+    const split = this.think?.push(text) ?? { reasoning: "", content: text };
+    const pieces = this.#chat(split.reasoning, split.content, false);
+    // logprobs go with the first text piece of this event, if any
+    const first = pieces.find((p) =>
+      p.delta && ("content" in p.delta || "reasoning_content" in p.delta)
+    );
     if (first) first.logprobs = logprobs;
     return pieces;
   }
 
   /** Pieces still held when generation ends. */
   end(): ChoicePiece[] {
-    return this.parser ? this.#fromParser(this.parser.end()) : [];
+    const split = this.think?.end() ?? { reasoning: "", content: "" };
+    return this.#chat(split.reasoning, split.content, true);
+  }
+
+  /** Reasoning, then content (through the tool-call parser when there is one). */
+  #chat(reasoning: string, content: string, end: boolean): ChoicePiece[] {
+    const out: ChoicePiece[] = reasoning
+      ? [{ delta: { reasoning_content: reasoning }, logprobs: null }]
+      : [];
+    if (!this.parser) {
+      if (content) out.push({ delta: { content }, logprobs: null });
+      return out;
+    }
+    const events = content ? this.parser.push(content) : [];
+    if (end) events.push(...this.parser.end());
+    return out.concat(this.#fromParser(events));
   }
 
   /** OpenAI's finish_reason for the engine's reason. */
@@ -125,6 +145,8 @@ export class ChoiceOutput {
 /** Folds stream pieces into a whole `message` (chat) or text with logprobs. */
 export class ChoiceCollector {
   content = "";
+  /** The thinking split off the output (node/llama/reasoning.ts). */
+  reasoning = "";
   readonly calls: {
     id: string;
     type: "function";
@@ -136,6 +158,9 @@ export class ChoiceCollector {
     if (p.text !== undefined) this.content += p.text;
     const d = p.delta;
     if (d && typeof d.content === "string") this.content += d.content;
+    if (d && typeof d.reasoning_content === "string") {
+      this.reasoning += d.reasoning_content;
+    }
     if (d && Array.isArray(d.tool_calls)) {
       for (const tc of d.tool_calls as Record<string, unknown>[]) {
         const i = tc.index as number;

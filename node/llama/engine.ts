@@ -28,6 +28,14 @@ import {
   TemplateError,
 } from "./chat_template.ts";
 import { ChoiceOutput } from "./choice_output.ts";
+import { HarmonySplitter } from "./harmony.ts";
+import {
+  grammarAfterThinking,
+  opensThinking,
+  type ReasoningFacts,
+  reasoningSplitter,
+  reasoningVars,
+} from "./reasoning.ts";
 import { outputGrammar } from "./constraints.ts";
 import {
   TOOL_GRAMMAR_HEADER,
@@ -117,7 +125,10 @@ export class LlamaEngine implements Engine {
   #catalog = new Map<string, CatalogEntry>();
   #scannedAt = 0;
   #state = new Map<string, Loaded>();
-  #overheads = new Map<string, PromptOverhead | null>();
+  #templateFactsCache = new Map<
+    string,
+    Pick<EngineModel, "promptOverhead" | "reasoning">
+  >();
   #meter = new TokenMeter();
   #peakBatch = 0;
   #healthy = false;
@@ -202,7 +213,7 @@ export class LlamaEngine implements Engine {
         embeddings: true,
         contextLength: this.#contextOf(e),
         aliases: e.sidecar.aliases ?? [],
-        ...this.#overheadOf(e),
+        ...this.#templateFacts(e),
         ...(this.#isPlaced(e.id) ? {} : { servable: false as const }),
       });
     }
@@ -470,17 +481,49 @@ export class LlamaEngine implements Engine {
       return { request: { messages: req.messages, params }, output, loose };
     };
     const template = this.#template(st);
+    const effort = req.reasoningEffort ?? null;
+    if (effort !== null && !template?.reasoning.control) {
+      throw new OpenAIError(
+        400,
+        "unsupported_parameter",
+        `Unsupported parameter: 'reasoning_effort' (the model \`${st.entry.id}\` has no reasoning control in its chat template).`,
+        { param: "reasoning_effort" },
+      );
+    }
     if (!template) return builtIn();
     try {
       const prompt = template.render(req.rawMessages ?? [], {
         tools: o.rawTools,
         addGenerationPrompt: true,
+        extra: reasoningVars(template.reasoning.control, effort),
       });
-      // Mistral's and Llama's call markers are control tokens
-      const renderSpecial = parser !== null && family !== "hermes";
+      const splitter = reasoningSplitter(facts?.chatTemplate ?? "", prompt);
+      const harmony = splitter instanceof HarmonySplitter;
+      // Mistral's and Llama's call markers are control tokens, and
+      // Harmony's channel markers
+      const renderSpecial = (parser !== null && family !== "hermes") ||
+        harmony;
+      if (!splitter) {
+        return {
+          request: { prompt, templated: true, renderSpecial, params },
+          output,
+          loose,
+        };
+      }
+      const opened = opensThinking(prompt);
       return {
-        request: { prompt, templated: true, renderSpecial, params },
-        output,
+        request: {
+          prompt,
+          templated: true,
+          renderSpecial,
+          params: params.grammar && !harmony
+            ? {
+              ...params,
+              grammar: grammarAfterThinking(params.grammar, opened),
+            }
+            : params,
+        },
+        output: new ChoiceOutput(kind, parser, output.logprobs, splitter),
         loose,
       };
     } catch (err) {
@@ -495,27 +538,34 @@ export class LlamaEngine implements Engine {
     }
   }
 
-  /** The template overhead of a catalog entry, measured once per file version. */
-  #overheadOf(e: CatalogEntry): Pick<EngineModel, "promptOverhead"> {
+  /**
+   * What a catalog entry's template adds around a conversation, and its
+   * reasoning facts (node/llama/reasoning.ts), read once per file version.
+   */
+  #templateFacts(
+    e: CatalogEntry,
+  ): Pick<EngineModel, "promptOverhead" | "reasoning"> {
     const key = `${e.path}:${e.mtime}`;
-    let o = this.#overheads.get(key);
-    if (o === undefined) {
-      o = null;
+    let got = this.#templateFactsCache.get(key);
+    if (got === undefined) {
+      let overhead: PromptOverhead | null = null;
+      let reasoning: ReasoningFacts = { control: null, parses: false };
       if (e.facts?.chatTemplate) {
         try {
-          o = measureOverhead(
-            new ChatTemplate(e.facts.chatTemplate, {
-              bosToken: e.facts.bosToken,
-              eosToken: e.facts.eosToken,
-            }),
-          );
+          const t = new ChatTemplate(e.facts.chatTemplate, {
+            bosToken: e.facts.bosToken,
+            eosToken: e.facts.eosToken,
+          });
+          reasoning = t.reasoning;
+          overhead = measureOverhead(t);
         } catch {
           /* rendered by llama.cpp's built-ins: the generic bound applies */
         }
       }
-      this.#overheads.set(key, o);
+      got = { ...(overhead ? { promptOverhead: overhead } : {}), reasoning };
+      this.#templateFactsCache.set(key, got);
     }
-    return o ? { promptOverhead: o } : {};
+    return got;
   }
 
   /** The model's compiled Jinja template, or null to use llama.cpp's built-ins. */

@@ -4,6 +4,8 @@
  * this engine cannot do. A field it cannot honour is refused with 400
  * `unsupported_parameter` naming it, never accepted and ignored; that holds
  * for calls straight to the node too, which skip the gateway's checks.
+ * `reasoning_effort` depends on the model (its template's reasoning
+ * control): the engine checks it once the model is known.
  */
 import {
   CHAT_FIELDS,
@@ -31,10 +33,6 @@ const LLAMA_LIMITS: Record<
   logit_bias: {
     ok: () => false,
     why: "its token ids are another tokenizer's; this engine applies no bias",
-  },
-  reasoning_effort: {
-    ok: () => false,
-    why: "this engine has no reasoning-effort control",
   },
   echo: { ok: (v) => v === false, why: "this engine does not echo the prompt" },
   suffix: {

@@ -7,6 +7,7 @@
 import { OpenAIError } from "../../lib/openai_errors.ts";
 import type { OpenAIBody } from "../engine.ts";
 import type { ChatMessage, SamplingParams } from "./protocol.ts";
+import { EFFORTS } from "./reasoning.ts";
 import { refuseUnsupported } from "./request_fields.ts";
 import {
   type OutputControls,
@@ -25,6 +26,8 @@ export interface GenerationRequest {
   /** Tools, tool choice, response format (chat only). */
   output: OutputControls;
   params: SamplingParams;
+  /** Chat `reasoning_effort`, for the template's reasoning control (null: the template's default). */
+  reasoningEffort?: string | null;
 }
 
 function bad(param: string, message: string, code = "invalid_value"): never {
@@ -204,7 +207,21 @@ export function parseChat(body: OpenAIBody): GenerationRequest {
     rawMessages: raw as Record<string, unknown>[],
     output: parseOutputControls(body),
     params: sampling(body, chatLogprobs(body)),
+    reasoningEffort: effortOf(body),
   };
+}
+
+/** Chat `reasoning_effort`: one of EFFORTS, or null. */
+function effortOf(body: OpenAIBody): string | null {
+  const e = body.reasoning_effort;
+  if (e === undefined || e === null) return null;
+  if (typeof e !== "string" || !EFFORTS.includes(e)) {
+    bad(
+      "reasoning_effort",
+      `\`reasoning_effort\` must be one of ${EFFORTS.join(", ")}`,
+    );
+  }
+  return e;
 }
 
 /** `POST /v1/completions`. */

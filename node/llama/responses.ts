@@ -216,6 +216,7 @@ export async function completeResponse(
             message: {
               role: "assistant",
               content: all.calls.length && !all.content ? null : all.content,
+              ...(all.reasoning ? { reasoning_content: all.reasoning } : {}),
               refusal: null,
               ...(all.calls.length ? { tool_calls: all.calls } : {}),
             },
