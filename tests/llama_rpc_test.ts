@@ -13,13 +13,21 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { writeFixtureModel } from "../tools/fixture_model.ts";
 import { log } from "../lib/log.ts";
-import { CP, MP, openLlama } from "../node/llama/ffi.ts";
+import {
+  CP,
+  findLibraries,
+  libraryDirCandidates,
+  LLAMA_PACKAGE_VERSION,
+  MP,
+  openLlama,
+} from "../node/llama/ffi.ts";
 import { LoadedLlama } from "../node/llama/model.ts";
 import { openRpc, rpcServerPath } from "../node/llama/rpc.ts";
 import { createLlamaEngine } from "../node/llama/engine.ts";
 import {
   LLAMA_BUILD_DIR,
   LLAMA_LIB_DIR,
+  MANIFEST_NAME,
   readLlamaManifest,
 } from "../node/native/llama_build.ts";
 import { hardwareOf } from "../routes/_fleet.ts";
@@ -39,6 +47,93 @@ if (ignore) {
     }`,
   );
 }
+
+const ROOT = join(import.meta.dirname!, "..");
+/** The npm package's prebuilt library folder (the fallback). */
+const PREBUILT = libraryDirCandidates(ROOT).find((d) =>
+  d.includes("node_modules") && (() => {
+    try {
+      return Deno.statSync(d).isDirectory;
+    } catch {
+      return false;
+    }
+  })()
+);
+
+Deno.test("llama libraries: the build is preferred only when complete, else the prebuilt package", async () => {
+  const root = await Deno.makeTempDir({ prefix: "orchard-root-" });
+  const env = Deno.env.get("ORCHARD_LLAMA_LIB_DIR");
+  Deno.env.delete("ORCHARD_LLAMA_LIB_DIR");
+  try {
+    await Deno.symlink(join(ROOT, "node_modules"), join(root, "node_modules"));
+    // no build: the package's libraries
+    const none = findLibraries(root);
+    assert.equal(none.build, "prebuilt");
+    assert.equal(none.dir, PREBUILT?.replace(ROOT, root));
+    // a build without its manifest (interrupted; the manifest is written
+    // last) is not used
+    const lib = join(root, "build", "llama", "lib");
+    await Deno.mkdir(lib, { recursive: true });
+    for (const f of ["libllama.so", "libggml.so"]) {
+      await Deno.writeTextFile(join(lib, f), "");
+    }
+    assert.equal(findLibraries(root).build, "prebuilt");
+    // one built from another package version's source is stale
+    const manifest = (packageVersion: string) =>
+      Deno.writeTextFile(
+        join(lib, MANIFEST_NAME),
+        JSON.stringify({ schema: "orchard.llama-build/1", packageVersion }),
+      );
+    await manifest("3.20.0");
+    assert.equal(findLibraries(root).build, "prebuilt");
+    // this version's: the build
+    await manifest(LLAMA_PACKAGE_VERSION);
+    const built = findLibraries(root);
+    assert.equal(built.build, "built");
+    assert.equal(built.dir, lib);
+    assert.equal(built.llama, join(lib, "libllama.so"));
+  } finally {
+    if (env !== undefined) Deno.env.set("ORCHARD_LLAMA_LIB_DIR", env);
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test({
+  name:
+    "llama engine: on the prebuilt package libraries it reports prebuilt, without RPC",
+  ignore: !PREBUILT,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "orchard-prebuilt-" });
+    const env = Deno.env.get("ORCHARD_LLAMA_LIB_DIR");
+    // the engine's library check runs in a child process, which inherits this
+    Deno.env.set("ORCHARD_LLAMA_LIB_DIR", PREBUILT!);
+    const engine = createLlamaEngine({ modelsDir: dir, idleUnloadMs: 0 });
+    try {
+      await engine.start();
+      const facts = engine.facts() as { llama: Record<string, unknown> };
+      assert.equal(facts.llama.build, "prebuilt");
+      assert.equal(facts.llama.rpc, false);
+      assert.equal(facts.llama.rdma, false);
+      assert.equal(facts.llama.tag, null);
+      assert.match(String(facts.llama.version), /^0\.4\.0/);
+      const hw = hardwareOf({ os: "linux", ...facts });
+      assert.deepEqual(hw.llama, {
+        build: "prebuilt",
+        version: facts.llama.version,
+        tag: null,
+        rpc: false,
+        rdma: false,
+      });
+      // an older node or another engine reports nothing: nothing is shown
+      assert.equal(hardwareOf({ os: "linux" }).llama, null);
+    } finally {
+      if (env === undefined) Deno.env.delete("ORCHARD_LLAMA_LIB_DIR");
+      else Deno.env.set("ORCHARD_LLAMA_LIB_DIR", env);
+      await engine.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
 
 /** A free loopback TCP port. */
 function freePort(): number {

@@ -236,7 +236,8 @@ export type LlamaBuild = "built" | "prebuilt";
 /**
  * Candidate library folders, most specific first: `ORCHARD_LLAMA_LIB_DIR`,
  * then the build from the pinned bundle when it is complete (its manifest is
- * written last), then the npm package's prebuilt libraries.
+ * written last) and of this package version, then the npm package's
+ * prebuilt libraries.
  */
 export function libraryDirCandidates(
   root: string,
@@ -247,7 +248,10 @@ export function libraryDirCandidates(
   const built = join(root, "build", "llama", "lib"); // LLAMA_LIB_DIR under root
   return [
     ...(env ? [env] : []),
-    ...(readLlamaManifest(built) ? [built] : []),
+    // a build of another package version's source is stale: not used
+    ...(readLlamaManifest(built)?.packageVersion === LLAMA_PACKAGE_VERSION
+      ? [built]
+      : []),
     join(
       root,
       "node_modules",

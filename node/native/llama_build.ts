@@ -454,10 +454,26 @@ export async function ensureLlamaBuilt(
 if (import.meta.main) {
   const at = Deno.args.indexOf("--jobs");
   const jobs = at >= 0 ? Number(Deno.args[at + 1]) : undefined;
-  const res = await ensureLlamaBuilt({
-    force: Deno.args.includes("--force"),
-    jobs: jobs && Number.isInteger(jobs) && jobs > 0 ? jobs : undefined,
-  });
+  let res: LlamaBuildResult;
+  try {
+    res = await ensureLlamaBuilt({
+      force: Deno.args.includes("--force"),
+      jobs: jobs && Number.isInteger(jobs) && jobs > 0 ? jobs : undefined,
+    });
+  } catch (err) {
+    await Deno.stderr.write(
+      new TextEncoder().encode(
+        `${
+          (err as Error).message
+        }\nThe llama engine keeps using the prebuilt node-llama-cpp libraries (no RPC). ${
+          isMac
+            ? "On a Mac: xcode-select --install, and CMake (brew install cmake)."
+            : "On Debian: apt-get install cmake g++ git (ccache optional)."
+        }\n`,
+      ),
+    );
+    Deno.exit(1);
+  }
   await Deno.stdout.write(
     new TextEncoder().encode(
       `llama.cpp ${res.manifest.tag} (${res.source}) in ${res.libDir}: RPC on, ${res.manifest.rdma.detail}\n`,
