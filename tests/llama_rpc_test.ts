@@ -5,9 +5,12 @@
  * layer on a `ggml-rpc-server` over loopback generates, greedily, exactly the
  * tokens a local run does.
  *
- * Needs the build (`deno task build:native`; `deno task test` builds it or
- * takes it from the machine's cache); without it these tests are ignored,
- * saying why.
+ * The tests that need the build build it first (`ensureLlamaBuilt`: nothing
+ * to do after `deno task test`'s setup or `deno task build:native`, a copy
+ * from the machine's cache, else minutes); a failed build fails them. They
+ * are ignored, saying why, only where the build cannot run at all (no CMake
+ * or compiler: CI installs both, .ci/apt-packages.txt) or
+ * `ORCHARD_LLAMA_LIB_DIR` chooses the libraries.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -25,28 +28,29 @@ import { LoadedLlama } from "../node/llama/model.ts";
 import { openRpc, rpcServerPath } from "../node/llama/rpc.ts";
 import { createLlamaEngine } from "../node/llama/engine.ts";
 import {
-  LLAMA_BUILD_DIR,
+  ensureLlamaBuilt,
   LLAMA_LIB_DIR,
+  llamaInputs,
+  type LlamaManifest,
   MANIFEST_NAME,
-  readLlamaManifest,
 } from "../node/native/llama_build.ts";
 import { hardwareOf } from "../routes/_fleet.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 log.reload();
 
-const manifest = readLlamaManifest(LLAMA_LIB_DIR);
-const ignore = !manifest || !!Deno.env.get("ORCHARD_LLAMA_LIB_DIR");
-if (ignore) {
+const cannot = Deno.env.get("ORCHARD_LLAMA_LIB_DIR")
+  ? "ORCHARD_LLAMA_LIB_DIR chooses the library folder"
+  : (await llamaInputs()).missing;
+const ignore = !!cannot;
+if (cannot) {
   // deno-lint-ignore no-console -- says why the tests below are ignored
-  console.error(
-    `llama_rpc_test: ignored: ${
-      manifest
-        ? "ORCHARD_LLAMA_LIB_DIR overrides the library folder"
-        : `no llama.cpp build in ${LLAMA_LIB_DIR} (deno task build:native)`
-    }`,
-  );
+  console.error(`llama_rpc_test: build tests ignored: ${cannot}`);
 }
+let building: Promise<LlamaManifest> | undefined;
+/** The build's manifest, once `build/llama/lib` holds the current build. */
+const built = () =>
+  building ??= ensureLlamaBuilt({ log: () => {} }).then((r) => r.manifest);
 
 const ROOT = join(import.meta.dirname!, "..");
 /** The npm package's prebuilt library folder (the fallback). */
@@ -217,6 +221,7 @@ Deno.test({
   ignore,
   sanitizeResources: false,
   async fn() {
+    const manifest = await built();
     const llama = openLlama();
     try {
       assert.equal(llama.build, "built");
@@ -234,10 +239,10 @@ Deno.test({
         llama: {
           build: "built",
           version: (facts.llama as { version: string }).version,
-          tag: manifest!.tag,
-          commit: manifest!.commit,
+          tag: manifest.tag,
+          commit: manifest.commit,
           rpc: true,
-          rdma: manifest!.rdma.enabled,
+          rdma: manifest.rdma.enabled,
         },
       });
       // what the portal's node page reads from the node's probe
@@ -259,6 +264,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
+    await built();
     const dir = await Deno.makeTempDir({ prefix: "orchard-rpc-" });
     const path = join(dir, "small.gguf");
     await writeFixtureModel(path, { size: "small", seed: 7 });
@@ -329,20 +335,13 @@ Deno.test({
   },
 });
 
-const HEADER = join(LLAMA_BUILD_DIR, "src", "include", "llama.h");
-const hasHeader = (() => {
-  try {
-    return Deno.statSync(HEADER).isFile;
-  } catch {
-    return false;
-  }
-})();
-
 Deno.test({
   name:
     "llama FFI: struct offsets and sizes match include/llama.h of the pinned bundle",
-  ignore: !hasHeader,
+  ignore,
   async fn() {
+    await built();
+    const INCLUDE = join(LLAMA_LIB_DIR, "include");
     const dir = await Deno.makeTempDir({ prefix: "orchard-abi-" });
     try {
       const fields = (struct: string, offsets: Record<string, number>) =>
@@ -363,13 +362,10 @@ int main(void) {
 }
 `;
       await Deno.writeTextFile(join(dir, "abi.c"), c);
-      const src = join(LLAMA_BUILD_DIR, "src");
       const cc = await new Deno.Command(Deno.env.get("CC") ?? "cc", {
         args: [
           "-I",
-          join(src, "include"),
-          "-I",
-          join(src, "ggml", "include"),
+          INCLUDE,
           "-o",
           join(dir, "abi"),
           join(dir, "abi.c"),

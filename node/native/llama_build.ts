@@ -5,7 +5,8 @@
  * elsewhere, and ggml-rpc's RDMA transport wherever CMake finds libibverbs
  * (Linux) or librdma (macOS 26.2+, weak-linked). Only the shared libraries the
  * node loads (libllama, libggml, libggml-base, libggml-cpu, libggml-rpc, and
- * libggml-metal/blas on macOS) and the `ggml-rpc-server` program are built.
+ * libggml-metal/blas on macOS) and the `ggml-rpc-server` program are built;
+ * the release's headers (`include/llama.h`, ggml's) are kept beside them.
  *
  * The build is keyed by a SHA-256 of its inputs: the bundle's bytes, the
  * CMake arguments, the C and C++ compilers' and CMake's version lines, the
@@ -39,7 +40,7 @@ export const PACKAGE_DIR = join(ROOT, "node_modules", "node-llama-cpp");
  * Bumped whenever the recipe below changes in a way the other inputs do not
  * capture (which targets, how outputs are collected).
  */
-const RECIPE = 1;
+const RECIPE = 2;
 
 const isMac = Deno.build.os === "darwin";
 
@@ -312,8 +313,8 @@ async function run(
   return text;
 }
 
-/** Copies a folder's files and symlinks (one level) into `to`, created fresh. */
-async function copyFlat(from: string, to: string, names: string[]) {
+/** Copies the named files, symlinks and folders of `from` into `to`, created fresh. */
+async function copyTree(from: string, to: string, names: string[]) {
   await Deno.remove(to, { recursive: true }).catch(() => {});
   await Deno.mkdir(to, { recursive: true });
   for (const name of names) {
@@ -321,6 +322,10 @@ async function copyFlat(from: string, to: string, names: string[]) {
     const st = await Deno.lstat(src);
     if (st.isSymlink) {
       await Deno.symlink(await Deno.readLink(src), join(to, name));
+    } else if (st.isDirectory) {
+      const inner: string[] = [];
+      for await (const e of Deno.readDir(src)) inner.push(e.name);
+      await copyTree(src, join(to, name), inner);
     } else await Deno.copyFile(src, join(to, name));
   }
 }
@@ -366,7 +371,17 @@ async function buildFresh(
   if (!names.includes("ggml-rpc-server")) {
     throw new Error(`Cannot build llama.cpp: no ggml-rpc-server in ${bin}`);
   }
-  await copyFlat(bin, into, names);
+  await copyTree(bin, into, names);
+  // the headers the libraries were built from, for checking the bindings
+  // against them (tests/llama_rpc_test.ts)
+  await Deno.mkdir(join(into, "include"));
+  for (const dir of [join(src, "include"), join(src, "ggml", "include")]) {
+    for await (const e of Deno.readDir(dir)) {
+      if (e.isFile && e.name.endsWith(".h")) {
+        await Deno.copyFile(join(dir, e.name), join(into, "include", e.name));
+      }
+    }
+  }
   const manifest: LlamaManifest = {
     schema: "orchard.llama-build/1",
     key: inputs.key,
@@ -444,7 +459,7 @@ export async function ensureLlamaBuilt(
   }
   // copy, manifest last: a reader that sees the manifest sees every library
   const tmpLib = `${LLAMA_LIB_DIR}.tmp-${Deno.pid}`;
-  await copyFlat(cached, tmpLib, names);
+  await copyTree(cached, tmpLib, names);
   await Deno.copyFile(join(cached, MANIFEST_NAME), join(tmpLib, MANIFEST_NAME));
   await Deno.remove(LLAMA_LIB_DIR, { recursive: true }).catch(() => {});
   await Deno.rename(tmpLib, LLAMA_LIB_DIR);
