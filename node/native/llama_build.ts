@@ -443,6 +443,12 @@ export async function ensureLlamaBuilt(
       await Deno.remove(cached, { recursive: true }).catch(() => {});
       await Deno.mkdir(dirname(cached), { recursive: true });
       await Deno.rename(tmp, cached);
+      // the clone and the build tree (~240 MB) serve no later build: each
+      // build clones afresh, and ccache keeps the compiled objects
+      for (const d of ["src", "cmake"]) {
+        await Deno.remove(join(LLAMA_BUILD_DIR, d), { recursive: true })
+          .catch(() => {});
+      }
     } catch (err) {
       await Deno.remove(tmp, { recursive: true }).catch(() => {});
       // another checkout may have finished the same build meanwhile
