@@ -59,7 +59,15 @@ export const CMAKE_ARGS: readonly string[] = [
   "-DGGML_CCACHE=ON",
   // backends linked into libggml: ggml-rpc's C API is then a plain export
   "-DGGML_BACKEND_DL=OFF",
-  ...(isMac ? ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"] : []),
+  ...(isMac
+    ? [
+      "-DGGML_METAL=ON",
+      "-DGGML_METAL_EMBED_LIBRARY=ON",
+      // @rpath/libggml….dylib resolves beside the loading library, not in
+      // the (removed) build tree
+      "-DCMAKE_BUILD_RPATH=@loader_path",
+    ]
+    : []),
   "-DLLAMA_BUILD_TESTS=OFF",
   "-DLLAMA_BUILD_EXAMPLES=OFF",
   "-DLLAMA_BUILD_SERVER=OFF",
