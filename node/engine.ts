@@ -97,6 +97,24 @@ export interface EngineStats {
   detail?: string;
 }
 
+/**
+ * Which llama.cpp a llama engine loaded: `built` from the pinned package's
+ * own source with ggml's RPC backend (node/native/llama_build.ts), or the
+ * npm package's `prebuilt` libraries, which have no RPC.
+ */
+export interface LlamaRuntime {
+  build: "built" | "prebuilt";
+  /** `llama_version()`. */
+  version: string;
+  /** The release tag and commit built (built only). */
+  tag: string | null;
+  commit: string | null;
+  /** Whether ggml's RPC backend is in (a model can use other nodes' memory). */
+  rpc: boolean;
+  /** Whether ggml-rpc's RDMA transport was compiled in (false for prebuilt). */
+  rdma: boolean;
+}
+
 /** A model the operator placed on this node (fleet/placement.ts). */
 export interface DesiredModel {
   id: string;
@@ -138,6 +156,12 @@ export interface Engine {
    * Called with every heartbeat answer: cheap when nothing changed.
    */
   place?(desired: DesiredModel[] | null): void;
+  /**
+   * What the engine adds to the node's hardware probe (top-level keys), as
+   * the gateway shows it on /nodes: the llama engine reports which llama.cpp
+   * it runs under `llama` (see LlamaRuntime). Known once `start` resolved.
+   */
+  facts?(): Record<string, unknown>;
   /** Why placed models failed to load, by model id (engines with `place`). */
   placementErrors?(): Record<string, string>;
   /** Stops the engine and frees everything; idempotent. */

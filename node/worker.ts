@@ -270,7 +270,9 @@ export async function startNodeWorker(
             errors: engine.placementErrors?.(),
           })
           : null,
-        ...(withProbe ? { probe: await collectProbe() } : {}),
+        ...(withProbe
+          ? { probe: { ...await collectProbe(), ...engine.facts?.() } }
+          : {}),
       };
     };
     const placed = (r: HeartbeatResponse | null) => {
@@ -328,7 +330,7 @@ export async function startNodeWorker(
         ...(opts.name ? { name: opts.name } : {}),
         engine: engine.kind,
         models: await engine.models(),
-        probe: await collectProbe(),
+        probe: { ...await collectProbe(), ...engine.facts?.() },
         version: VERSION,
       });
       enrollment = {

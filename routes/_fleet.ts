@@ -37,6 +37,18 @@ export interface Hardware {
     qpInUse: number | null;
     mrInUse: number | null;
   }[];
+  /**
+   * Which llama.cpp the node's llama engine runs (node/engine.ts
+   * LlamaRuntime): `built` from the pinned source with RPC, or the
+   * `prebuilt` package without; null for other engines and older nodes.
+   */
+  llama: {
+    build: "built" | "prebuilt";
+    version: string | null;
+    tag: string | null;
+    rpc: boolean;
+    rdma: boolean;
+  } | null;
 }
 
 type Obj = Record<string, unknown>;
@@ -81,6 +93,10 @@ export function hardwareOf(probe: Obj | null): Hardware {
   }
   const gpuName = text(gpu?.name);
   const cores = typeof gpu?.core_count === "number" ? gpu.core_count : null;
+  const llama = obj(probe?.llama);
+  const build = llama?.build === "built" || llama?.build === "prebuilt"
+    ? llama.build
+    : null;
   const ws = typeof gpu?.recommended_max_working_set_bytes === "number"
     ? gpu.recommended_max_working_set_bytes
     : null;
@@ -101,6 +117,15 @@ export function hardwareOf(probe: Obj | null): Hardware {
     },
     ports,
     headroom,
+    llama: build
+      ? {
+        build,
+        version: text(llama?.version),
+        tag: text(llama?.tag),
+        rpc: llama?.rpc === true,
+        rdma: llama?.rdma === true,
+      }
+      : null,
   };
 }
 

@@ -131,6 +131,19 @@ function nodeRow(
           </span>{" "}
           <span class="muted">{n.engine}</span>
         </div>
+        {hw.llama && (
+          <div
+            class="muted"
+            data-field="llama-build"
+            data-build={hw.llama.build}
+            title={hw.llama.version ? `llama.cpp ${hw.llama.version}` : ""}
+          >
+            llama.cpp {hw.llama.tag ?? hw.llama.version ?? ""}{" "}
+            {hw.llama.build === "built"
+              ? `built, RPC${hw.llama.rdma ? " + RDMA" : ""}`
+              : "prebuilt, no RPC"}
+          </div>
+        )}
         <div class="muted mono trunc" title={n.id}>{n.id}</div>
         <div class="muted mono trunc" title={n.url}>{n.url}</div>
         {n.reachable === false && (

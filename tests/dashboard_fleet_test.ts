@@ -330,3 +330,59 @@ Deno.test("the mesh page shows cabling findings from a node's probe with the fix
     await w.close();
   }
 });
+
+Deno.test("the nodes page says which llama.cpp each llama node runs: built with RPC, or prebuilt", async () => {
+  const w = await createWorld();
+  try {
+    const a = await node(w, "mac-a", "a");
+    const b = await node(w, "mac-b", "b");
+    const beat = (id: string, llama: Record<string, unknown>) =>
+      recordHeartbeat(w.store, id, {
+        intervalMs: 60_000,
+        inFlight: 0,
+        queued: 0,
+        slots: 4,
+        tokensPerSecond: 0,
+        healthy: true,
+        memory: { totalBytes: 2 ** 34, freeBytes: 2 ** 33 },
+        models: [{ id: "tiny", loaded: true, kind: "chat", aliases: [] }],
+        drainState: "none",
+        // node/worker.ts: the engine's facts (node/engine.ts LlamaRuntime)
+        probe: { os: "darwin", llama },
+      });
+    await beat(a.id, {
+      build: "built",
+      version: "0.4.0-dev",
+      tag: "v0.4.0",
+      commit: "80fb11ac73e66d89eae2c6a91d8a77428fa733ed",
+      rpc: true,
+      rdma: true,
+    });
+    await beat(b.id, {
+      build: "prebuilt",
+      version: "0.4.0-dev",
+      tag: null,
+      commit: null,
+      rpc: false,
+      rdma: false,
+    });
+    const { cookie } = await portalLogin(w, "root@example.com");
+    const html = await (await w.app.request("/nodes", { headers: { cookie } }))
+      .text();
+    const row = (id: string) => {
+      const at = html.indexOf(`data-node="${id}"`);
+      assert.ok(at >= 0, `row of ${id}`);
+      return html.slice(at, html.indexOf("</tr>", at));
+    };
+    assert.match(
+      row(a.id),
+      /data-build="built"[^>]*>llama\.cpp v0\.4\.0 built, RPC \+ RDMA</,
+    );
+    assert.match(
+      row(b.id),
+      /data-build="prebuilt"[^>]*>llama\.cpp 0\.4\.0-dev prebuilt, no RPC</,
+    );
+  } finally {
+    await w.close();
+  }
+});

@@ -13,6 +13,11 @@ import OpenAI from "openai";
 import { startNodeWorker } from "../node/worker.ts";
 import { createApiKey } from "../store/api_keys.ts";
 import { createJoinToken } from "../store/join_tokens.ts";
+import { getNode } from "../store/nodes.ts";
+import {
+  LLAMA_LIB_DIR,
+  readLlamaManifest,
+} from "../node/native/llama_build.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { writeFixtureModel } from "../tools/fixture_model.ts";
 import { createWorld } from "./_helpers.ts";
@@ -54,6 +59,7 @@ async function llamaWorld() {
     w,
     url,
     key,
+    nodeId: node.nodeId,
     async [Symbol.asyncDispose]() {
       await node.close();
       await server.shutdown();
@@ -67,6 +73,19 @@ async function llamaWorld() {
 Deno.test("e2e with the llama engine: openai SDK, AI SDK and Anthropic SDK through the gateway", async (t) => {
   await using world = await llamaWorld();
   const apiKey = await world.key();
+
+  await t.step(
+    "the node reports which llama.cpp it loaded: the build with RPC when there is one",
+    async () => {
+      const { probe } = await getNode(world.w.store, SYSTEM, world.nodeId);
+      const llama = probe?.llama as Record<string, unknown> | undefined;
+      const built = !Deno.env.get("ORCHARD_LLAMA_LIB_DIR") &&
+        readLlamaManifest(LLAMA_LIB_DIR);
+      assert.equal(llama?.build, built ? "built" : "prebuilt");
+      assert.equal(llama?.rpc, !!built);
+      assert.match(String(llama?.version), /^0\.4\.0/);
+    },
+  );
 
   await t.step(
     "openai SDK: models, chat, stream with usage, base64 embeddings, auth and rate-limit errors",

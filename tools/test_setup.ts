@@ -12,7 +12,16 @@
  *    each saying what is missing).
  * 2. liborchard and its C test binaries are built, or rebuilt when their
  *    inputs (sources, headers, the system headers they include) changed.
- * 3. The pinned coding agents (`tools/agents/package.json`: Claude Code and
+ * 3. llama.cpp is built from the pinned node-llama-cpp package's own source
+ *    with ggml's RPC backend (node/native/llama_build.ts), or copied from the
+ *    machine's cache (`~/.cache/orchard/llama-<input hash>/`) when any
+ *    checkout built the same inputs before: about 5 minutes on 2 cores the
+ *    first time, a second after. The whole suite then runs on it (the engine
+ *    prefers it to the prebuilt libraries); the RPC tests need it. Without
+ *    CMake or a C++ compiler it says so and goes on on the prebuilt
+ *    libraries (the RPC tests are then ignored). `ORCHARD_LLAMA_BUILD=0`
+ *    skips this step.
+ * 4. The pinned coding agents (`tools/agents/package.json`: Claude Code and
  *    Codex CLI from npm) are installed with `npm ci` into
  *    `tools/agents/node_modules`, unless the installed versions are already
  *    the pinned ones. Without npm it says so and goes on (the agent tests
@@ -24,6 +33,12 @@
  * @module
  */
 import { ensureNativeBuilt } from "../node/native/build.ts";
+import {
+  ensureLlamaBuilt,
+  LLAMA_LIB_DIR,
+  llamaInputs,
+  readLlamaManifest,
+} from "../node/native/llama_build.ts";
 
 const LIST = new URL("../.ci/apt-packages.txt", import.meta.url);
 
@@ -71,6 +86,10 @@ const PROBES: Record<string, () => boolean | Promise<boolean>> = {
   prometheus: () => runs("promtool", ["--version"]),
   gcc: () => runs(Deno.env.get("CC") ?? "cc", ["--version"]),
   "libc6-dev": () => isFile("/usr/include/stdio.h"),
+  cmake: () => runs("cmake", ["--version"]),
+  "g++": () => runs(Deno.env.get("CXX") ?? "c++", ["--version"]),
+  ccache: () => runs("ccache", ["--version"]),
+  git: () => runs("git", ["--version"]),
 };
 
 async function dpkgInstalled(pkg: string): Promise<boolean> {
@@ -157,6 +176,34 @@ async function buildNative(): Promise<void> {
   }
 }
 
+async function buildLlama(): Promise<void> {
+  if (Deno.env.get("ORCHARD_LLAMA_BUILD") === "0") return;
+  try {
+    const inputs = await llamaInputs();
+    if (inputs.missing) throw new Error(inputs.missing);
+    if (readLlamaManifest(LLAMA_LIB_DIR)?.key !== inputs.key) {
+      console.error(
+        "test setup: llama.cpp with RPC: building from the pinned bundle, or taking it from ~/.cache/orchard (about 5 minutes on 2 cores when it builds)",
+      );
+    }
+    const started = performance.now();
+    const res = await ensureLlamaBuilt({ log: () => {} });
+    if (res.source !== "current") {
+      console.error(
+        `test setup: llama.cpp ${res.manifest.tag} with RPC ready (${res.source}, ${
+          ((performance.now() - started) / 1000).toFixed(0)
+        } s): ${res.manifest.rdma.detail}`,
+      );
+    }
+  } catch (err) {
+    console.error(
+      `test setup: cannot build llama.cpp with RPC: ${
+        (err as Error).message
+      }\n  Going on: the engine uses the prebuilt libraries and the RPC tests are ignored.`,
+    );
+  }
+}
+
 const AGENTS = new URL("./agents/", import.meta.url).pathname;
 
 /** Whether every pinned agent is installed at its pinned version. */
@@ -207,5 +254,6 @@ async function installAgents(): Promise<void> {
 if (import.meta.main && Deno.env.get("ORCHARD_TEST_SETUP") !== "0") {
   await installPackages();
   await buildNative();
+  await buildLlama();
   await installAgents();
 }

@@ -612,7 +612,12 @@ function check() {
   let res;
   try {
     const llama = openLlama();
-    res = { ok: true, version: llama.version, libDir: llama.libDir };
+    res = {
+      ok: true,
+      version: llama.version,
+      libDir: llama.libDir,
+      build: llama.build,
+    };
     llama.close();
   } catch (err) {
     res = { ok: false, message: (err as Error).message };

@@ -10,10 +10,12 @@ import type {
   Engine,
   EngineModel,
   EngineStats,
+  LlamaRuntime,
   OpenAIBody,
   PromptOverhead,
   TokenCount,
 } from "../engine.ts";
+import { readLlamaManifest } from "../native/llama_build.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import {
   availableMemory,
@@ -139,6 +141,8 @@ export class LlamaEngine implements Engine {
   #desired: Map<string, boolean> | null = null;
   /** Why a pinned model failed to load, and when (retried after PLACE_RETRY_MS). */
   #placeErrors = new Map<string, { error: string; at: number }>();
+  /** Which llama.cpp `start` found. */
+  #runtime: LlamaRuntime | null = null;
 
   constructor(o: LlamaEngineOptions) {
     const slots = o.slots ?? 4;
@@ -170,9 +174,23 @@ export class LlamaEngine implements Engine {
 
   async start(): Promise<void> {
     const lib = await checkLibraries();
+    const built = lib.build === "built" ? readLlamaManifest(lib.libDir) : null;
+    this.#runtime = {
+      build: built ? "built" : "prebuilt",
+      version: lib.version,
+      tag: built?.tag ?? null,
+      commit: built?.commit ?? null,
+      rpc: !!built?.rpc,
+      rdma: !!built?.rdma.enabled,
+    };
     log.info("llama.cpp ready", {
       version: lib.version,
       libDir: lib.libDir,
+      build: this.#runtime.build,
+      ...(built ? { rpc: true, rdma: built.rdma.detail } : {
+        hint:
+          "prebuilt package libraries, without RPC: `deno task build:native` builds llama.cpp with RPC",
+      }),
       threads: this.#opts.threads,
     });
     await this.#rescan(true);
@@ -290,6 +308,11 @@ export class LlamaEngine implements Engine {
       "engine_error",
       "Unexpected answer from the model process",
     );
+  }
+
+  /** `{ llama: LlamaRuntime }` once started. */
+  facts(): Record<string, unknown> {
+    return this.#runtime ? { llama: { ...this.#runtime } } : {};
   }
 
   stats(): EngineStats {

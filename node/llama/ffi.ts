@@ -1,6 +1,9 @@
 /**
  * The llama.cpp binding: the one module that calls `Deno.dlopen` on
- * libllama and libggml from the pinned `@node-llama-cpp/<platform>` package.
+ * libllama and libggml. It loads llama.cpp built from the pinned package's
+ * own source with RPC on (`build/llama/lib/`, node/native/llama_build.ts)
+ * when that build exists, else the prebuilt `@node-llama-cpp/<platform>`
+ * package libraries (no RPC); `Llama.build` says which.
  *
  * Bound against `include/llama.h` of the llama.cpp release bundled in
  * node-llama-cpp 3.21.1 (`llama/gitRelease.bundle`, tag v0.4.0). Struct
@@ -11,6 +14,7 @@
  */
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { readLlamaManifest } from "../native/llama_build.ts";
 
 /** The npm version every platform package is pinned to. */
 export const LLAMA_PACKAGE_VERSION = "3.21.1";
@@ -44,7 +48,12 @@ export const MODEL_PARAMS = {
   ],
 } as const;
 /** Offsets in `struct llama_model_params` (from offsetof on the pinned header). */
-export const MP = { n_gpu_layers: 16, use_extra_bufts: 74, size: 80 } as const;
+export const MP = {
+  devices: 0,
+  n_gpu_layers: 16,
+  use_extra_bufts: 74,
+  size: 80,
+} as const;
 
 /** `struct llama_context_params` (160 bytes), passed and returned by value. */
 export const CONTEXT_PARAMS = {
@@ -219,6 +228,8 @@ export interface Llama {
   readonly symbols: LlamaSymbols;
   readonly libDir: string;
   readonly version: string;
+  /** `built`: from the pinned bundle with RPC (build/llama/lib); `prebuilt`: the npm package's libraries, without RPC. */
+  readonly build: LlamaBuild;
   close(): void;
 }
 
@@ -233,15 +244,28 @@ export function platformPackage(
   return `linux-${a}`;
 }
 
-/** Candidate library folders, most specific first. */
+/** Which llama.cpp a library folder holds: see `Llama.build`. */
+export type LlamaBuild = "built" | "prebuilt";
+
+/**
+ * Candidate library folders, most specific first: `ORCHARD_LLAMA_LIB_DIR`,
+ * then the build from the pinned bundle when it is complete (its manifest is
+ * written last) and of this package version, then the npm package's
+ * prebuilt libraries.
+ */
 export function libraryDirCandidates(
   root: string,
   pkg = platformPackage(),
 ): string[] {
   const env = Deno.env.get("ORCHARD_LLAMA_LIB_DIR");
   const name = `@node-llama-cpp/${pkg}`;
+  const built = join(root, "build", "llama", "lib"); // LLAMA_LIB_DIR under root
   return [
     ...(env ? [env] : []),
+    // a build of another package version's source is stale: not used
+    ...(readLlamaManifest(built)?.packageVersion === LLAMA_PACKAGE_VERSION
+      ? [built]
+      : []),
     join(
       root,
       "node_modules",
@@ -261,7 +285,7 @@ const PROJECT_ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 /** Finds libllama and libggml in the first candidate folder that has them. */
 export function findLibraries(
   root = PROJECT_ROOT,
-): { dir: string; llama: string; ggml: string } {
+): { dir: string; llama: string; ggml: string; build: LlamaBuild } {
   const tried: string[] = [];
   for (const dir of libraryDirCandidates(root)) {
     tried.push(dir);
@@ -290,7 +314,8 @@ export function findLibraries(
       } catch (err) {
         if (!(err instanceof Deno.errors.NotFound)) throw err;
       }
-      return { dir, llama: join(dir, llama), ggml: join(dir, ggml) };
+      const build = readLlamaManifest(dir) ? "built" : "prebuilt";
+      return { dir, llama: join(dir, llama), ggml: join(dir, ggml), build };
     }
   }
   throw new Error(
@@ -348,13 +373,18 @@ export function openLlama(root = PROJECT_ROOT): Llama {
       }); the library does not match include/llama.h of node-llama-cpp ${LLAMA_PACKAGE_VERSION}`,
     );
   }
-  ggml.symbols.ggml_backend_load_all_from_path(cstr(found.dir));
+  // The package's backends are loadable modules (GGML_BACKEND_DL); the
+  // built ones are linked into libggml and registered already.
+  if (found.build === "prebuilt") {
+    ggml.symbols.ggml_backend_load_all_from_path(cstr(found.dir));
+  }
   s.llama_backend_init();
   let closed = false;
   return {
     symbols: s,
     libDir: found.dir,
     version,
+    build: found.build,
     close() {
       if (closed) return;
       closed = true;

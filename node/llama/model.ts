@@ -85,6 +85,12 @@ export interface LoadOptions {
   slots: number;
   threads: number;
   batch: number;
+  /**
+   * The devices to offload layers to (`llama_model_params.devices`), e.g.
+   * RPC servers' (rpc.ts); all layers are offloaded. Default: every device
+   * llama.cpp found (Metal on a Mac).
+   */
+  devices?: Deno.PointerObject[];
 }
 
 /** A model with its generation context. */
@@ -124,7 +130,22 @@ export class LoadedLlama {
     const s = llama.symbols;
     const mp = s.llama_model_default_params();
     new DataView(mp.buffer).setInt32(MP.n_gpu_layers, -1, true); // all layers on Metal where present
+    // NULL-terminated list; llama.cpp copies it during the load
+    const devices = opts.devices?.length
+      ? new BigUint64Array([
+        ...opts.devices.map((d) => BigInt(Deno.UnsafePointer.value(d))),
+        0n,
+      ])
+      : null;
+    if (devices) {
+      new DataView(mp.buffer).setBigUint64(
+        MP.devices,
+        BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(devices))),
+        true,
+      );
+    }
     const model = await s.llama_model_load_from_file(cstr(opts.path), mp);
+    devices?.fill(0n); // keeps the array alive until here
     if (!model) {
       throw new Error(
         `Cannot load model ${opts.path}: llama.cpp refused the file`,

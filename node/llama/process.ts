@@ -5,6 +5,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { log } from "../../lib/log.ts";
+import type { LlamaBuild } from "./ffi.ts";
 import type { ChildEvent, ChildRequest, LoadedModel } from "./protocol.ts";
 
 const CHILD = fileURLToPath(new URL("./child.ts", import.meta.url));
@@ -29,7 +30,7 @@ export interface ProcessOptions {
 
 /** Runs `child.ts --check`: loads the libraries and checks the ABI without a model. */
 export async function checkLibraries(): Promise<
-  { version: string; libDir: string }
+  { version: string; libDir: string; build: LlamaBuild }
 > {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -48,7 +49,9 @@ export async function checkLibraries(): Promise<
     "";
   try {
     const res = JSON.parse(text);
-    if (res.ok) return { version: res.version, libDir: res.libDir };
+    if (res.ok) {
+      return { version: res.version, libDir: res.libDir, build: res.build };
+    }
     throw new Error(res.message);
   } catch (err) {
     if (err instanceof SyntaxError) {
