@@ -3,8 +3,8 @@
  * (gateway/anthropic_request.ts, gateway/anthropic_tools.ts): errors naming
  * the field's path, `cache_control`, text blocks and tool names.
  */
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
-import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
+import { OpenAIError, unsupportedParam } from "../protocol/openai/errors.ts";
+import { NAME_PATTERN } from "../protocol/openai/output_controls.ts";
 
 export const isObj = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);

@@ -2,8 +2,11 @@
  * The small checks the Responses request readers share (responses_request.ts,
  * responses_tools.ts): each refuses with a 400 naming the param path.
  */
-import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
-import { NAME_PATTERN } from "../lib/openai_output_controls.ts";
+import {
+  invalidParam as bad,
+  unsupportedParam,
+} from "../protocol/openai/errors.ts";
+import { NAME_PATTERN } from "../protocol/openai/output_controls.ts";
 
 export const isObj = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);

@@ -11,7 +11,7 @@
  * long: N tokens > M maximum" makes it compact; "input length and
  * `max_tokens` exceed context limit: N + K > M" makes it lower max_tokens).
  */
-import { ContextLengthError, OpenAIError } from "../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../protocol/openai/errors.ts";
 import { sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";
 import {

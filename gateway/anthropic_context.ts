@@ -20,7 +20,7 @@
  * Compaction (`compact_20260112`) returns a summary block this gateway
  * cannot write: it is refused with a 400 naming it.
  */
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
+import { OpenAIError, unsupportedParam } from "../protocol/openai/errors.ts";
 import { promptSize, textBytes } from "./tokens.ts";
 
 /** What replaces a cleared tool result (the model learns it was removed). */

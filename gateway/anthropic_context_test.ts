@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { applyContextManagement, CLEARED_RESULT } from "./anthropic_context.ts";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 
 type Obj = Record<string, unknown>;
 

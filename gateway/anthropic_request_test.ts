@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { toOpenAI } from "./anthropic_request.ts";
 import { contextOverflowMessage } from "./anthropic.ts";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 
 type Obj = Record<string, unknown>;
 

@@ -20,7 +20,7 @@
  * served, and read again in the background. 1,000 busy keys are read again
  * ~4 times a second (~20 at 60 s), none on a request's path.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { type ApiKey, parseApiKey, verifyApiKey } from "../store/api_keys.ts";
 import {
   onAuthChange,

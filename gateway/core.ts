@@ -4,7 +4,7 @@
  * settle the reservation, meter usage and count metrics exactly once.
  */
 import type { Fleet } from "../fleet/types.ts";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { AppDeps } from "../app.ts";
 import {
   type Admission,

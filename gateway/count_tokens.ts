@@ -9,7 +9,7 @@
  * `/v1/messages/count_tokens` and `/v1/responses/input_tokens` both count
  * through `countPromptTokens`.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { GatewayCore } from "./core.ts";
 import { nodeError } from "./upstream.ts";
 

@@ -7,7 +7,7 @@
 import { Hono } from "hono";
 import type { AppDeps } from "../app.ts";
 import type { Fleet } from "../fleet/types.ts";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { countTokens, messages } from "./anthropic.ts";
 import { GatewayCore, type GatewayOptions } from "./core.ts";
 import { metricsAllowed } from "./metrics_route.ts";

@@ -4,12 +4,12 @@
  * usage they report. A chunk that needs no change is forwarded as the node
  * sent it (no re-serialisation); malformed frames are refused.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import {
   normaliseToolCalls,
   ToolCallDeltas,
   toolFinishReason,
-} from "../lib/openai_tool_calls.ts";
+} from "../protocol/openai/tool_calls.ts";
 import { utf8Length } from "./tokens.ts";
 
 /**

@@ -3,7 +3,7 @@
  * and base64) and models. Each handler authenticates, validates, resolves
  * the model, admits against limits, then relays to a node.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
 import { sseComment, sseFrame } from "../lib/sse.ts";
 import { Exchange, type GatewayCore } from "./core.ts";

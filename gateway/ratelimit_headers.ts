@@ -1,5 +1,5 @@
 /** `x-ratelimit-*` headers and the 429 errors built from an admission. */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { formatMoney } from "../store/money.ts";
 import type { Admission, QuotaView } from "../store/quota/mod.ts";
 

@@ -20,7 +20,7 @@
  * `not_applicable`).
  */
 import { tenantRetention } from "../store/retention.ts";
-import { OpenAIError, unsupportedParam } from "../lib/openai_errors.ts";
+import { OpenAIError, unsupportedParam } from "../protocol/openai/errors.ts";
 import {
   DAY_MS,
   deleteResponse,

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { decryptJWT } from "../lib/jwt.ts";
 import { parseSSE } from "../lib/sse.ts";
 import { createTenant } from "../store/tenants.ts";

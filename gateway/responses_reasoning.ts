@@ -10,7 +10,7 @@
  * SEALED_TTL_SECONDS) is a 400 naming `input[i].encrypted_content`.
  */
 import { deriveKey256 } from "../lib/crypto.ts";
-import { invalidParam } from "../lib/openai_errors.ts";
+import { invalidParam } from "../protocol/openai/errors.ts";
 import { decryptJWT, encryptJWT } from "../lib/jwt.ts";
 import type { Store } from "../store/store.ts";
 import type { Item } from "./responses_request.ts";

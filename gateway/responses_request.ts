@@ -16,8 +16,8 @@ import {
   invalidParam as bad,
   OpenAIError,
   unsupportedParam,
-} from "../lib/openai_errors.ts";
-import { RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
+} from "../protocol/openai/errors.ts";
+import { RESPONSE_FIELDS } from "../protocol/openai/request_fields.ts";
 import { MAX_MESSAGES } from "./validate_chat.ts";
 import { checkFields } from "./validate_fields.ts";
 import { checkModel } from "./validate.ts";

@@ -19,7 +19,7 @@
  * asked) before its last event goes out, so a client that reads it can
  * name it as `previous_response_id` at once.
  */
-import type { OpenAIError } from "../lib/openai_errors.ts";
+import type { OpenAIError } from "../protocol/openai/errors.ts";
 import { sseComment, sseFrame } from "../lib/sse.ts";
 import type { Exchange } from "./core.ts";
 import { type ChunkNormaliser, malformed } from "./normalise.ts";

@@ -16,8 +16,11 @@
  *   requires one is refused (responses_request.ts).
  */
 
-import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
-import { MAX_TOOLS } from "../lib/openai_output_controls.ts";
+import {
+  invalidParam as bad,
+  unsupportedParam,
+} from "../protocol/openai/errors.ts";
+import { MAX_TOOLS } from "../protocol/openai/output_controls.ts";
 import {
   given,
   isObj,

@@ -14,7 +14,7 @@
  * are held (a moving average), less what the oldest holder already used,
  * plus a hold for each slot's worth of requests still queued ahead.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { Fleet, NodeView } from "../fleet/types.ts";
 import { nodeHash, rendezvous } from "./affinity.ts";
 

@@ -5,7 +5,7 @@
  * a final `data: {"error":…}` frame after any failure, and usage billed for
  * what was delivered when the node or the client goes away.
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { Exchange } from "./core.ts";
 import type { ReportedUsage } from "./normalise.ts";
 import { SSEError } from "../lib/sse.ts";

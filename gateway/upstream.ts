@@ -10,7 +10,7 @@
  * (`DELETE /orchard/requests/{requestId}`), since a node's server may not
  * notice the close while it has not answered yet (node/in_flight.ts).
  */
-import { ContextLengthError, OpenAIError } from "../lib/openai_errors.ts";
+import { ContextLengthError, OpenAIError } from "../protocol/openai/errors.ts";
 import {
   Http1Client,
   Http1Error,
@@ -21,7 +21,7 @@ import type { NodeRouter, RouteTenant, SlotGrant } from "./router.ts";
 import { SSEError, SSEReader, type SSEReaderOptions } from "../lib/sse.ts";
 import { after, cancel, race } from "./timers.ts";
 import { traceparent, withSpan } from "../lib/trace.ts";
-import { TOOL_GRAMMAR_HEADER } from "../lib/openai_output_controls.ts";
+import { TOOL_GRAMMAR_HEADER } from "../protocol/openai/output_controls.ts";
 
 /** Timeouts and caps of node calls, in ms and bytes. */
 export interface ProxyOptions {

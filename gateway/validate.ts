@@ -1,19 +1,22 @@
 /**
  * Validation of OpenAI request bodies against the API reference. Every field
- * is one of the reference's (lib/openai_request_fields.ts) or refused with
+ * is one of the reference's (protocol/openai/request_fields.ts) or refused with
  * 400 `unsupported_parameter`; fields no engine of Orchard's can honour are
  * refused the same way; and the shapes the gateway or a node relies on are
  * checked, each 400 naming the exact param path (field checks in
  * validate_fields.ts, chat shapes in validate_chat.ts). Fields that pass
  * reach the node unchanged, except those the gateway handles itself.
  */
-import { parseOutputControls } from "../lib/openai_output_controls.ts";
-import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
+import { parseOutputControls } from "../protocol/openai/output_controls.ts";
+import {
+  invalidParam as bad,
+  unsupportedParam,
+} from "../protocol/openai/errors.ts";
 import {
   CHAT_FIELDS,
   COMPLETION_FIELDS,
   EMBEDDING_FIELDS,
-} from "../lib/openai_request_fields.ts";
+} from "../protocol/openai/request_fields.ts";
 import { type PromptSize, promptSize, textBytes } from "./tokens.ts";
 import { checkLogprobs, checkMessages } from "./validate_chat.ts";
 import {

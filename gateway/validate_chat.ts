@@ -1,11 +1,11 @@
 /**
  * The chat-only shapes of a request: `messages` (with assistant `tool_calls`
  * and tool `tool_call_id`) and `logprobs`/`top_logprobs` (`tools`,
- * `tool_choice` and `response_format` are lib/openai_output_controls.ts's,
+ * `tool_choice` and `response_format` are protocol/openai/output_controls.ts's,
  * shared with the engine). Each 400 names the exact param path, as OpenAI
  * does (`messages[2].tool_call_id`).
  */
-import { invalidParam as bad } from "../lib/openai_errors.ts";
+import { invalidParam as bad } from "../protocol/openai/errors.ts";
 
 /** Most messages in one chat request. */
 export const MAX_MESSAGES = 2048;

@@ -1,11 +1,14 @@
 /**
  * Field-level checks of request bodies: every field is one of the
- * endpoint's reference fields (lib/openai_request_fields.ts) or refused with
+ * endpoint's reference fields (protocol/openai/request_fields.ts) or refused with
  * 400 `unsupported_parameter`; fields that cannot be honoured are refused
  * the same way; scalar fields have the type and range OpenAI documents.
  */
-import { invalidParam as bad, unsupportedParam } from "../lib/openai_errors.ts";
-import type { FieldRule } from "../lib/openai_request_fields.ts";
+import {
+  invalidParam as bad,
+  unsupportedParam,
+} from "../protocol/openai/errors.ts";
+import type { FieldRule } from "../protocol/openai/request_fields.ts";
 
 /** Most `logprobs` on legacy completions (OpenAI's limit). */
 export const MAX_COMPLETION_LOGPROBS = 5;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import { toOpenAI } from "./anthropic_request.ts";
 import { parseChat, parseCompletion, parseEmbeddings } from "./validate.ts";
 

@@ -6,7 +6,7 @@
  */
 import type { MiddlewareHandler } from "hono";
 import { importEd25519, verifyEdDSA } from "../lib/jwt.ts";
-import { openAIErrorResponse } from "../lib/openai_errors.ts";
+import { openAIErrorResponse } from "../protocol/openai/errors.ts";
 import { GATEWAY_AUDIENCE, NODE_JWT_MAX_AGE } from "../fleet/protocol.ts";
 
 /** Verifies gateway JWTs for one node. */

@@ -6,7 +6,7 @@
  * `orchard.linktest/1` result. Loaded lazily; null when the native module
  * or library is unavailable (the endpoints then answer 501).
  */
-import { OpenAIError } from "../lib/openai_errors.ts";
+import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { LinkTester } from "./server.ts";
 
 /** The subset of node/native/linktest.ts used here. */

@@ -10,7 +10,7 @@
 import { startSpan } from "../lib/trace.ts";
 import { Hono } from "hono";
 import { JsonBodyError, readJsonObject } from "../lib/json_body.ts";
-import { OpenAIError, openAIErrorResponse } from "../lib/openai_errors.ts";
+import { OpenAIError, openAIErrorResponse } from "../protocol/openai/errors.ts";
 import { log } from "../lib/log.ts";
 import { type GatewayVerifier, requireGateway } from "./auth.ts";
 import { type Engine, type OpenAIBody, watchBody } from "./engine.ts";

@@ -6,7 +6,10 @@
  */
 import assert from "node:assert/strict";
 import { createWorld, readSSE, type World } from "../gateway/_testing.ts";
-import { CHAT_FIELDS, RESPONSE_FIELDS } from "../lib/openai_request_fields.ts";
+import {
+  CHAT_FIELDS,
+  RESPONSE_FIELDS,
+} from "../protocol/openai/request_fields.ts";
 import { listRequestLog } from "../store/request_log.ts";
 import { SYSTEM } from "../store/principal.ts";
 

@@ -2,7 +2,7 @@
  * Load bookkeeping shared by engines: a slot limiter with a bounded wait
  * queue (503 + retry-after when full), and a tokens-per-second meter.
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 
 /** Concurrency limiter: `slots` at once, at most `maxQueue` waiting. */
 export class SlotLimiter {

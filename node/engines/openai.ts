@@ -18,7 +18,7 @@
  */
 import { Http1Client, type Http1Response } from "../../lib/http1_client.ts";
 import { log } from "../../lib/log.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import {
   type Engine,
   type EngineModel,

@@ -4,7 +4,7 @@
  * openai_stream.ts). Known quirks handled (Exo, mlx_lm.server, llama-server,
  * Ollama): integer or missing error codes, FastAPI `{"detail": …}` errors,
  * missing ids, indexes or `finish_reason` keys, tool calls in non-exact
- * shapes (lib/openai_tool_calls.ts) with "stop" for a finish reason, logprob
+ * shapes (protocol/openai/tool_calls.ts) with "stop" for a finish reason, logprob
  * entries without `bytes` or with extra keys, and no usage at all (then
  * counted with the model's tokenizer, or estimated, and said so: see
  * tokens.ts).
@@ -14,11 +14,11 @@
  * known up front to lack them, and none are ever made up), and are null when
  * the client did not ask.
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import {
   normaliseToolCalls,
   toolFinishReason,
-} from "../../lib/openai_tool_calls.ts";
+} from "../../protocol/openai/tool_calls.ts";
 import type { TokenCounter, UsageBasis } from "./tokens.ts";
 
 /** A JSON object. */

@@ -4,7 +4,7 @@
  * usage attached to a content chunk instead of a final `choices: []` chunk,
  * `role` repeated in every delta (sent once here, in the first), missing
  * `finish_reason` or `logprobs` keys, tool-call deltas in non-exact shapes
- * (lib/openai_tool_calls.ts) and "stop" after tool calls, several JSON
+ * (protocol/openai/tool_calls.ts) and "stop" after tool calls, several JSON
  * objects in one `data:` payload, and a stream that ends without a finish
  * reason (keys absent, or `null` to the end as Exo sends them): a final
  * chunk then gives one, "length" when the completion tokens reached the
@@ -12,11 +12,11 @@
  * usage gets it counted with the model's tokenizer, or estimated (tokens.ts),
  * marked `orchard_usage` in its usage chunk.
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import {
   ToolCallDeltas,
   toolFinishReason,
-} from "../../lib/openai_tool_calls.ts";
+} from "../../protocol/openai/tool_calls.ts";
 import {
   type ByteSource,
   sseComment,

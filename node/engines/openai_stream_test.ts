@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import { parseSSE } from "../../lib/sse.ts";
 import { normaliseStream } from "./openai_stream.ts";
 import type { Usage } from "./openai_shapes.ts";

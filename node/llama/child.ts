@@ -26,7 +26,7 @@
  *
  * Protocol: JSON lines, see protocol.ts.
  */
-import { ContextLengthError } from "../../lib/openai_errors.ts";
+import { ContextLengthError } from "../../protocol/openai/errors.ts";
 import { openLlama } from "./ffi.ts";
 import { InputError, LoadedLlama } from "./model.ts";
 import type {

@@ -19,7 +19,7 @@
  * tool does not decide the answer. A `strict` tool's schema, and
  * `response_format`, are enforced exactly or refused with a 400.
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import {
   GbnfBuilder,
   JSON_OBJECT_GBNF,
@@ -30,7 +30,7 @@ import { TOOL_CALL_FORMATS, type ToolFamily } from "./tool_calls.ts";
 import type {
   OutputControls,
   ToolDef,
-} from "../../lib/openai_output_controls.ts";
+} from "../../protocol/openai/output_controls.ts";
 
 /** Escapes text for a regex. */
 function re(text: string): string {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { outputGrammar } from "./constraints.ts";
-import { parseOutputControls } from "../../lib/openai_output_controls.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { parseOutputControls } from "../../protocol/openai/output_controls.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 
 type Obj = Record<string, unknown>;
 

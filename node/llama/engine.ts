@@ -4,7 +4,10 @@
  * over `slots` sequences, behind the OpenAI shapes of node/engine.ts.
  */
 import { log } from "../../lib/log.ts";
-import { ContextLengthError, OpenAIError } from "../../lib/openai_errors.ts";
+import {
+  ContextLengthError,
+  OpenAIError,
+} from "../../protocol/openai/errors.ts";
 import type {
   DesiredModel,
   Engine,
@@ -42,7 +45,7 @@ import { outputGrammar } from "./constraints.ts";
 import {
   TOOL_GRAMMAR_HEADER,
   toolGrammarNote,
-} from "../../lib/openai_output_controls.ts";
+} from "../../protocol/openai/output_controls.ts";
 import { checkLibraries, ModelProcess } from "./process.ts";
 import {
   type GenerationRequest,

@@ -12,7 +12,7 @@ import {
   QWEN3_THINKING_TEMPLATE,
 } from "../../tools/fixture_templates.ts";
 import { log } from "../../lib/log.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import { sseData } from "../../lib/sse.ts";
 import { createLlamaEngine } from "./engine.ts";
 

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { writeFixtureModel } from "../../tools/fixture_model.ts";
 import { log } from "../../lib/log.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import { sseData } from "../../lib/sse.ts";
 import { createLlamaEngine, type LlamaEngine } from "./engine.ts";
 

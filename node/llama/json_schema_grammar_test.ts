@@ -18,7 +18,7 @@ import {
   SchemaError,
 } from "./json_schema_grammar.ts";
 import { outputGrammar } from "./constraints.ts";
-import { parseOutputControls } from "../../lib/openai_output_controls.ts";
+import { parseOutputControls } from "../../protocol/openai/output_controls.ts";
 
 let shared: Promise<{ llama: Llama; m: LoadedLlama; dir: string }> | null =
   null;

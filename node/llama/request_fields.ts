@@ -1,6 +1,6 @@
 /**
  * Which request fields the llama engine honours: the API's field table
- * (lib/openai_request_fields.ts, shared with the gateway) less the fields
+ * (protocol/openai/request_fields.ts, shared with the gateway) less the fields
  * this engine cannot do. A field it cannot honour is refused with 400
  * `unsupported_parameter` naming it, never accepted and ignored; that holds
  * for calls straight to the node too, which skip the gateway's checks.
@@ -12,8 +12,8 @@ import {
   COMPLETION_FIELDS,
   EMBEDDING_FIELDS,
   type FieldRule,
-} from "../../lib/openai_request_fields.ts";
-import { OpenAIError } from "../../lib/openai_errors.ts";
+} from "../../protocol/openai/request_fields.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import type { OpenAIBody } from "../engine.ts";
 
 /** The endpoints whose bodies the engine reads. */

@@ -4,7 +4,7 @@
  * `unsupported_parameter` for fields the engine cannot honour
  * (request_fields.ts): nothing is silently ignored.
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import type { OpenAIBody } from "../engine.ts";
 import type { ChatMessage, SamplingParams } from "./protocol.ts";
 import { EFFORTS } from "./reasoning.ts";
@@ -12,7 +12,7 @@ import { refuseUnsupported } from "./request_fields.ts";
 import {
   type OutputControls,
   parseOutputControls,
-} from "../../lib/openai_output_controls.ts";
+} from "../../protocol/openai/output_controls.ts";
 
 /** A parsed generation request. */
 export interface GenerationRequest {

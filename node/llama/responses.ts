@@ -3,7 +3,7 @@
  * streamed (always ending with the usage chunk, then `data: [DONE]`) or
  * whole, and embeddings (float or base64).
  */
-import { OpenAIError } from "../../lib/openai_errors.ts";
+import { OpenAIError } from "../../protocol/openai/errors.ts";
 import { sseComment, sseFrame } from "../../lib/sse.ts";
 import {
   ChoiceCollector,

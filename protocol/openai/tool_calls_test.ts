@@ -3,7 +3,7 @@ import {
   normaliseToolCalls,
   ToolCallDeltas,
   toolFinishReason,
-} from "./openai_tool_calls.ts";
+} from "./tool_calls.ts";
 
 Deno.test("normaliseToolCalls() gives exact calls: id, type, string arguments, no extra keys", () => {
   const [a, b] = normaliseToolCalls([

@@ -4,7 +4,7 @@
  * Every `/v1/*` failure is `{"error":{"message","type","param","code"}}` with
  * `code` a string or null; this module is the one place that shape is built.
  */
-import { sseFrame } from "./sse.ts";
+import { sseFrame } from "../../lib/sse.ts";
 
 /** The `type` values OpenAI clients recognise. */
 export type OpenAIErrorType =

@@ -6,7 +6,7 @@
  * `tools[0].function.name`), and the llama engine reads the same fields
  * into `OutputControls` with it (grammars, templates, tool-call parsing).
  */
-import { invalidParam as bad, unsupportedParam } from "./openai_errors.ts";
+import { invalidParam as bad, unsupportedParam } from "./errors.ts";
 
 /** Names of functions and JSON schemas, as OpenAI accepts them. */
 export const NAME_PATTERN = /^[a-zA-Z0-9_-]{1,64}$/;
