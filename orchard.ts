@@ -9,7 +9,7 @@ import type { Config } from "./config.ts";
 import { createNodesAdminApi } from "./fleet/admin_api.ts";
 import { createLinkTests } from "./fleet/link_tests.ts";
 import { createNodeFacingApi } from "./fleet/node_api.ts";
-import { NODE_API_PATH } from "./fleet/protocol.ts";
+import { NODE_API_PATH } from "./protocol/node_messages.ts";
 import { createFleet, type FleetRegistry } from "./fleet/registry.ts";
 import { createReachability } from "./fleet/reachability.ts";
 import {

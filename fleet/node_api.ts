@@ -23,7 +23,7 @@ import {
   GATEWAY_AUDIENCE,
   type HeartbeatResponse,
   NODE_JWT_MAX_AGE,
-} from "./protocol.ts";
+} from "../protocol/node_messages.ts";
 import type { ReachabilityChecker } from "./reachability.ts";
 
 /** What the node-facing API is built from. */

@@ -1,26 +1,20 @@
 /**
- * Model placement, the pure part both sides share: which models a node
- * should serve (and which of them keep loaded: pinned), from the
- * operator's per-node entries and rules over the hardware facts the node
- * reports; and how a node's models compare with what it was asked for.
+ * Model placement, the gateway's side: the operator's per-node entries and
+ * rules over the hardware facts a node reports, and a node's desired set
+ * computed from them (which models it should serve, and which of them keep
+ * loaded: pinned).
  *
  * The gateway computes a node's desired set at each heartbeat
- * (store/placement.ts reads the operator's placement) and answers it; the
- * node applies it (the llama engine loads pinned models, unloads and stops
- * serving the rest; a fronted engine cannot, so it only reports) and sends
- * back a `PlacementReport` with its next heartbeat.
+ * (store/placement.ts reads the operator's placement) and answers it; what
+ * crosses the wire (the desired models, and the `PlacementReport` the node
+ * sends back with its next heartbeat) is in protocol/placement.ts.
  */
-import type { EngineModel } from "../node/engine.ts";
-
-/** One model a node should serve; `pinned`: keep it loaded, never evict it. */
-export interface PlacedModel {
-  id: string;
-  pinned: boolean;
-}
+import type { EngineKind } from "../protocol/engine.ts";
+import type { PlacedModel } from "../protocol/placement.ts";
 
 /** The facts a rule can test, as the node reports them. */
 export interface NodeFacts {
-  engine: "llama" | "openai";
+  engine: EngineKind;
   /** Total memory in GiB (heartbeat), null when unknown. */
   memoryGb: number | null;
   /** `Deno.build.os` from the probe (`darwin`, `linux`, …), null when unknown. */
@@ -36,7 +30,7 @@ export interface PlacementRule {
   pinned: boolean;
   /** Conditions, all of which must hold (absent: any). */
   minMemoryGb?: number;
-  engine?: "llama" | "openai";
+  engine?: EngineKind;
   os?: string;
   arch?: string;
 }
@@ -103,59 +97,4 @@ export function factsOf(
     os: typeof probe?.os === "string" ? probe.os : null,
     arch: typeof probe?.arch === "string" ? probe.arch : null,
   };
-}
-
-/** How a node's models compare with its desired set (sent in its heartbeat). */
-export interface PlacementReport {
-  /** The desired models it applied. */
-  desired: PlacedModel[];
-  /** Desired models it does not serve (no such file, or the engine does not run them). */
-  missing: string[];
-  /** Pinned models not loaded (yet, or because loading failed: see `errors`). */
-  notLoaded: string[];
-  /** Models it serves that are not desired (a fronted engine cannot unload them). */
-  extra: string[];
-  /** Why a desired model could not be loaded, by model id. */
-  errors: Record<string, string>;
-  /** One line for people, e.g. "desired qwen-7b, engine serves llama-3"; null when it matches. */
-  mismatch: string | null;
-}
-
-/**
- * Compares what a node serves with its desired set. `canUnload`: the
- * engine stops serving models not desired (llama); a fronted engine
- * cannot, so they are reported as `extra`.
- */
-export function placementReport(
-  desired: PlacedModel[],
-  models: EngineModel[],
-  opts: { canUnload: boolean; errors?: Record<string, string> },
-): PlacementReport {
-  const serves = (m: EngineModel) => m.servable !== false;
-  const byId = new Map(models.map((m) => [m.id, m]));
-  const want = new Set(desired.map((d) => d.id));
-  const missing = desired.filter((d) => {
-    const m = byId.get(d.id);
-    return !m || !serves(m) || (!!opts.errors?.[d.id] && !m.loaded);
-  }).map((d) => d.id);
-  const notLoaded = desired.filter((d) =>
-    d.pinned && byId.has(d.id) && !byId.get(d.id)!.loaded
-  ).map((d) => d.id);
-  const extra = opts.canUnload
-    ? []
-    : models.filter((m) => serves(m) && !want.has(m.id)).map((m) => m.id);
-  const errors = Object.fromEntries(
-    Object.entries(opts.errors ?? {}).filter(([id]) => want.has(id)),
-  );
-  let mismatch: string | null = null;
-  if (missing.length || extra.length) {
-    const served = models.filter(serves).map((m) => m.id);
-    mismatch = `desired ${desired.map((d) => d.id).join(", ") || "nothing"}, ` +
-      `engine serves ${served.join(", ") || "nothing"}`;
-    const why = missing.filter((id) => errors[id]).map((id) =>
-      `${id}: ${errors[id]}`
-    );
-    if (why.length) mismatch += ` (${why.join("; ")})`;
-  }
-  return { desired, missing, notLoaded, extra, errors, mismatch };
 }

@@ -16,7 +16,7 @@ import {
   GATEWAY_AUDIENCE,
   NODE_JWT_TTL_SECONDS,
   type Reachability,
-} from "./protocol.ts";
+} from "../protocol/node_messages.ts";
 
 /** Options of `createReachability`. */
 export interface ReachabilityOptions {

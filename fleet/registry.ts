@@ -10,7 +10,7 @@ import type {
   EngineModel,
   EngineStats,
   PromptOverhead,
-} from "../node/engine.ts";
+} from "../protocol/engine.ts";
 import { k } from "../store/kv_keys.ts";
 import {
   getNodeRecord,
@@ -23,7 +23,7 @@ import {
   GATEWAY_AUDIENCE,
   NODE_JWT_REUSE_MS,
   NODE_JWT_TTL_SECONDS,
-} from "./protocol.ts";
+} from "../protocol/node_messages.ts";
 import type { Fleet, NodeTarget, NodeView, ServedModel } from "./types.ts";
 
 /** A node's JWT, and its target while the JWT is reused (one object, not one a call). */

@@ -4,7 +4,11 @@
  * and how to call them with a gateway-signed JWT; the gateway picks among
  * `candidates()` and tracks its own in-flight counts per node.
  */
-import type { EngineModel, EngineStats } from "../node/engine.ts";
+import type {
+  EngineKind,
+  EngineModel,
+  EngineStats,
+} from "../protocol/engine.ts";
 
 /** Lifecycle state of a node as the gateway sees it. */
 export type NodeState = "healthy" | "unhealthy" | "draining" | "drained";
@@ -15,7 +19,7 @@ export interface NodeView {
   name: string;
   /** Base URL the gateway calls (validated at enrollment). */
   url: string;
-  engine: "llama" | "openai";
+  engine: EngineKind;
   state: NodeState;
   models: EngineModel[];
   /** Last heartbeat's load and health. */

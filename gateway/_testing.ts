@@ -12,7 +12,7 @@ import type {
   NodeView,
   ServedModel,
 } from "../fleet/types.ts";
-import type { EngineModel } from "../node/engine.ts";
+import type { EngineModel } from "../protocol/engine.ts";
 import { createApiKey } from "../store/api_keys.ts";
 import type { Limits } from "../store/limits.ts";
 import { setTenantLimits } from "../store/limits.ts";

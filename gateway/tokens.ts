@@ -74,7 +74,7 @@ export function promptSize(
   };
 }
 
-/** What a model's template adds, as its node reports it (see node/engine.ts). */
+/** What a model's template adds, as its node reports it (see protocol/engine.ts). */
 export interface TemplateOverhead {
   fixed: number;
   perMessage: number;

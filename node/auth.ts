@@ -7,7 +7,10 @@
 import type { MiddlewareHandler } from "hono";
 import { importEd25519, verifyEdDSA } from "../lib/jwt.ts";
 import { openAIErrorResponse } from "../protocol/openai/errors.ts";
-import { GATEWAY_AUDIENCE, NODE_JWT_MAX_AGE } from "../fleet/protocol.ts";
+import {
+  GATEWAY_AUDIENCE,
+  NODE_JWT_MAX_AGE,
+} from "../protocol/node_messages.ts";
 
 /** Verifies gateway JWTs for one node. */
 export interface GatewayVerifier {

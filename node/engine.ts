@@ -20,107 +20,18 @@
  *   frees the slot.
  * - Reasoning a model writes apart from its answer is `reasoning_content`
  *   (in the message, and in stream deltas), as vLLM and llama-server send it.
+ *
+ * What an engine reports (its models, load figures, token counts) crosses
+ * the wire to the gateway, so those types live in the contract,
+ * protocol/engine.ts; this file holds only what the node itself uses.
  */
-
-/** A model an engine can serve. */
-export interface EngineModel {
-  /** Model id clients use (GGUF file name without extension, or upstream id). */
-  id: string;
-  /** Whether the model is loaded in memory right now. */
-  loaded: boolean;
-  /** "chat" models generate; "embedding" models only embed. */
-  kind: "chat" | "embedding";
-  /** Context length in tokens, when known. */
-  contextLength?: number;
-  /** Aliases that also resolve to this model. */
-  aliases?: string[];
-  /** A chat model that also serves `/v1/embeddings` (llama: mean pooling). */
-  embeddings?: boolean;
-  /** What the model's chat template adds to a conversation, when the engine knows it. */
-  promptOverhead?: PromptOverhead;
-  /**
-   * How the model reasons, when the engine knows (llama: from its chat
-   * template, node/llama/reasoning.ts): `control` is the template variable
-   * chat `reasoning_effort` sets (`enable_thinking` on/off, or
-   * `reasoning_effort` as is), null when the model has none and the field
-   * is refused; `parses`: its `<think>…</think>` output comes back as
-   * `reasoning_content`. The gateway passes an effort on only to models
-   * with a control (or to openai engines).
-   */
-  reasoning?: {
-    control: "enable_thinking" | "reasoning_effort" | null;
-    parses: boolean;
-  };
-  /**
-   * False for a model the engine lists but cannot serve now (an Exo model
-   * card not downloaded, or not placed): nothing is routed to it, and the
-   * gateway answers 503 `model_unavailable` for it rather than 404.
-   * Absent: servable.
-   */
-  servable?: false;
-}
-
-/**
- * An upper bound on the bytes a chat template adds around the messages'
- * text (a token is at least one byte, so bytes bound tokens): `fixed` per
- * prompt (default system message, generation prompt), `perMessage`, and
- * `tools` once when tools are offered (the gateway adds twice each tool's
- * JSON length on top). The gateway caps billed prompt tokens at the bound.
- */
-export interface PromptOverhead {
-  fixed: number;
-  perMessage: number;
-  tools: number;
-}
-
-/** What `Engine.countTokens` answers. */
-export interface TokenCount {
-  /** Prompt tokens, as `usage.prompt_tokens` of the same request would say. */
-  promptTokens: number;
-  /** The model's context per request, tokens. */
-  contextLength: number;
-}
-
-/** Load and health figures reported in each heartbeat. */
-export interface EngineStats {
-  /** Requests being generated right now. */
-  inFlight: number;
-  /** Requests admitted but waiting for a slot. */
-  queued: number;
-  /** Total concurrent sequences the engine serves. */
-  slots: number;
-  /** Generated tokens per second over the last few seconds, all streams. */
-  tokensPerSecond: number;
-  /** Whether the engine can serve requests now. */
-  healthy: boolean;
-  /** Human-readable reason when unhealthy. */
-  detail?: string;
-}
-
-/**
- * Which llama.cpp a llama engine loaded: `built` from the pinned package's
- * own source with ggml's RPC backend (node/native/llama_build.ts), or the
- * npm package's `prebuilt` libraries, which have no RPC.
- */
-export interface LlamaRuntime {
-  build: "built" | "prebuilt";
-  /** `llama_version()`. */
-  version: string;
-  /** The release tag and commit built (built only). */
-  tag: string | null;
-  commit: string | null;
-  /** Whether ggml's RPC backend is in (a model can use other nodes' memory). */
-  rpc: boolean;
-  /** Whether ggml-rpc's RDMA transport was compiled in (false for prebuilt). */
-  rdma: boolean;
-}
-
-/** A model the operator placed on this node (fleet/placement.ts). */
-export interface DesiredModel {
-  id: string;
-  /** Keep it loaded: load it now, never unload it when idle. */
-  pinned: boolean;
-}
+import type {
+  EngineKind,
+  EngineModel,
+  EngineStats,
+  TokenCount,
+} from "../protocol/engine.ts";
+import type { PlacedModel } from "../protocol/placement.ts";
 
 /** A loosely typed OpenAI request body, already parsed from JSON. */
 export type OpenAIBody = Record<string, unknown>;
@@ -128,7 +39,7 @@ export type OpenAIBody = Record<string, unknown>;
 /** The interface implemented by every engine. */
 export interface Engine {
   /** Engine kind, as given to `--engine`. */
-  readonly kind: "llama" | "openai";
+  readonly kind: EngineKind;
   /** Prepares the engine (discovers models, loads libraries); throws with a clear message on failure. */
   start(): Promise<void>;
   /** Lists the models this engine can serve. */
@@ -155,11 +66,12 @@ export interface Engine {
    * out; the node then only reports how the engine's models differ.
    * Called with every heartbeat answer: cheap when nothing changed.
    */
-  place?(desired: DesiredModel[] | null): void;
+  place?(desired: PlacedModel[] | null): void;
   /**
    * What the engine adds to the node's hardware probe (top-level keys), as
    * the gateway shows it on /nodes: the llama engine reports which llama.cpp
-   * it runs under `llama` (see LlamaRuntime). Known once `start` resolved.
+   * it runs under `llama` (see protocol/engine.ts LlamaRuntime). Known once
+   * `start` resolved.
    */
   facts?(): Record<string, unknown>;
   /** Why placed models failed to load, by model id (engines with `place`). */

@@ -12,7 +12,7 @@ import {
   type HeartbeatResponse,
   NODE_API_PATH,
   NODE_JWT_TTL_SECONDS,
-} from "../fleet/protocol.ts";
+} from "../protocol/node_messages.ts";
 
 /** Options of `startHeartbeat`. */
 export interface HeartbeatOptions {

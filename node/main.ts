@@ -19,7 +19,7 @@
  * zero from non-zero, the node exits 0 instead.
  */
 import { resolve } from "node:path";
-import type { Reachability } from "../fleet/protocol.ts";
+import type { Reachability } from "../protocol/node_messages.ts";
 import {
   loadSavedFlags,
   type NodeFlags,

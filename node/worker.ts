@@ -13,10 +13,11 @@ import {
   type HeartbeatResponse,
   NODE_API_PATH,
   type Reachability,
-} from "../fleet/protocol.ts";
+} from "../protocol/node_messages.ts";
 import { createGatewayVerifier } from "./auth.ts";
-import { placementReport } from "../fleet/placement.ts";
-import type { DesiredModel, Engine } from "./engine.ts";
+import { type PlacedModel, placementReport } from "../protocol/placement.ts";
+import type { Engine } from "./engine.ts";
+import type { EngineKind } from "../protocol/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
 import { defaultTokenizerSearch } from "./engines/tokens.ts";
 import { DEFAULT_PORT } from "./flags.ts";
@@ -38,7 +39,7 @@ export interface NodeWorkerOptions {
   /** Join token; needed only until the node is enrolled with this gateway. */
   joinToken?: string | null;
   /** Engine kind (default llama). */
-  engine?: "llama" | "openai";
+  engine?: EngineKind;
   /** A ready engine to use instead of building one from `engine`. */
   engineInstance?: Engine;
   /** GGUF directory for the llama engine. */
@@ -254,7 +255,7 @@ export async function startNodeWorker(
       advertised(opts.host ?? "0.0.0.0", server.addr.port);
     const drain = new DrainState(() => void heartbeat?.beatNow());
     /** The placement the gateway last answered (null: none applies). */
-    let desired: DesiredModel[] | null = null;
+    let desired: PlacedModel[] | null = null;
     const collect = async (withProbe: boolean): Promise<HeartbeatRequest> => {
       const models = await engine.models();
       return {

@@ -38,7 +38,7 @@ export interface Hardware {
     mrInUse: number | null;
   }[];
   /**
-   * Which llama.cpp the node's llama engine runs (node/engine.ts
+   * Which llama.cpp the node's llama engine runs (protocol/engine.ts
    * LlamaRuntime): `built` from the pinned source with RPC, or the
    * `prebuilt` package without; null for other engines and older nodes.
    */

@@ -7,7 +7,8 @@
  */
 import { type Context, Hono } from "hono";
 import { Alert, Badge, Card, PostForm, Table } from "../components/ui.tsx";
-import type { PlacedModel, PlacementRule } from "../fleet/placement.ts";
+import type { PlacementRule } from "../fleet/placement.ts";
+import type { PlacedModel } from "../protocol/placement.ts";
 import { ServiceError } from "../store/errors.ts";
 import { type ModelsView, modelsView } from "../store/model_overview.ts";
 import {

@@ -5,14 +5,9 @@
  * the aliases clients may use. What the models page and
  * `GET /api/admin/v1/models` show (platform admins).
  */
-import {
-  desiredModels,
-  factsOf,
-  type PlacedModel,
-  type Placement,
-  type PlacementReport,
-} from "../fleet/placement.ts";
-import type { EngineModel } from "../node/engine.ts";
+import { desiredModels, factsOf, type Placement } from "../fleet/placement.ts";
+import type { PlacedModel, PlacementReport } from "../protocol/placement.ts";
+import type { EngineModel } from "../protocol/engine.ts";
 import { listNodes, type NodeDetail } from "./nodes.ts";
 import {
   getModelAliases,

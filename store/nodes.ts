@@ -9,12 +9,18 @@ import {
   desiredModels,
   factsOf,
   NO_PLACEMENT,
-  type PlacedModel,
   type Placement,
-  type PlacementReport,
 } from "../fleet/placement.ts";
-import type { Reachability } from "../fleet/protocol.ts";
-import type { EngineModel, EngineStats } from "../node/engine.ts";
+import type { PlacedModel, PlacementReport } from "../protocol/placement.ts";
+import type { Reachability } from "../protocol/node_messages.ts";
+import {
+  ENGINE_KINDS,
+  type EngineKind,
+  type EngineModel,
+  type EngineStats,
+  MODEL_KINDS,
+  REASONING_CONTROLS,
+} from "../protocol/engine.ts";
 import { addAudit } from "./audit.ts";
 import {
   ConflictError,
@@ -36,7 +42,7 @@ export interface NodeRecord {
   id: string;
   name: string;
   url: string;
-  engine: "llama" | "openai";
+  engine: EngineKind;
   publicJwk: JsonWebKey;
   keyThumbprint: string;
   drain: boolean;
@@ -80,7 +86,7 @@ const name = z.string().trim().min(1).max(100);
 const modelSchema = z.object({
   id: z.string().min(1).max(200),
   loaded: z.boolean(),
-  kind: z.enum(["chat", "embedding"]),
+  kind: z.enum(MODEL_KINDS),
   contextLength: z.number().int().min(0).max(1e8).optional(),
   aliases: z.array(z.string().min(1).max(200)).max(8).optional(),
   embeddings: z.boolean().optional(),
@@ -90,7 +96,7 @@ const modelSchema = z.object({
     tools: z.number().int().min(0).max(1e6),
   }).optional(),
   reasoning: z.object({
-    control: z.enum(["enable_thinking", "reasoning_effort"]).nullable(),
+    control: z.enum(REASONING_CONTROLS).nullable(),
     parses: z.boolean(),
   }).optional(),
   servable: z.literal(false).optional(),
@@ -108,7 +114,7 @@ export const enrollSchema = z.object({
   }),
   url: z.string().min(1).max(2000),
   name: name.optional(),
-  engine: z.enum(["llama", "openai"]),
+  engine: z.enum(ENGINE_KINDS),
   models: models.default([]),
   probe: z.record(z.string(), z.unknown()).nullable().default(null),
   version: z.string().max(100).nullable().default(null),

@@ -9,10 +9,11 @@
 import { z } from "zod";
 import {
   NO_PLACEMENT,
-  type PlacedModel,
   type Placement,
   type PlacementRule,
 } from "../fleet/placement.ts";
+import { ENGINE_KINDS } from "../protocol/engine.ts";
+import type { PlacedModel } from "../protocol/placement.ts";
 import { addAudit } from "./audit.ts";
 import { ConflictError, NotFoundError } from "./errors.ts";
 import { newId } from "./ids.ts";
@@ -43,7 +44,7 @@ export const ruleSchema = z.object({
   model: modelId,
   pinned: z.boolean().optional().default(false),
   minMemoryGb: z.number().min(0).max(100_000).optional(),
-  engine: z.enum(["llama", "openai"]).optional(),
+  engine: z.enum(ENGINE_KINDS).optional(),
   os: z.string().trim().min(1).max(40).optional(),
   arch: z.string().trim().min(1).max(40).optional(),
 }).strict();

@@ -347,7 +347,7 @@ Deno.test("the nodes page says which llama.cpp each llama node runs: built with 
         memory: { totalBytes: 2 ** 34, freeBytes: 2 ** 33 },
         models: [{ id: "tiny", loaded: true, kind: "chat", aliases: [] }],
         drainState: "none",
-        // node/worker.ts: the engine's facts (node/engine.ts LlamaRuntime)
+        // node/worker.ts: the engine's facts (protocol/engine.ts LlamaRuntime)
         probe: { os: "darwin", llama },
       });
     await beat(a.id, {

@@ -21,12 +21,11 @@ import { log } from "../../lib/log.ts";
 import { OpenAIError } from "../../protocol/openai/errors.ts";
 import {
   type Engine,
-  type EngineModel,
-  type EngineStats,
   type OpenAIBody,
   StreamWatch,
   watchedResponse,
 } from "../engine.ts";
+import type { EngineModel, EngineStats } from "../../protocol/engine.ts";
 import { SlotLimiter, TokenMeter } from "./_load.ts";
 import {
   listingSignature,

@@ -18,7 +18,8 @@ import {
   type TemplateMessage,
   toTemplateMessages,
 } from "./chat_messages.ts";
-import { type ReasoningFacts, reasoningFacts } from "./reasoning.ts";
+import type { ReasoningFacts } from "../../protocol/engine.ts";
+import { reasoningFacts } from "./reasoning.ts";
 
 /** A template that cannot be compiled or rendered; the message says why. */
 export class TemplateError extends Error {

@@ -8,16 +8,16 @@ import {
   ContextLengthError,
   OpenAIError,
 } from "../../protocol/openai/errors.ts";
+import type { Engine, OpenAIBody } from "../engine.ts";
 import type {
-  DesiredModel,
-  Engine,
   EngineModel,
   EngineStats,
   LlamaRuntime,
-  OpenAIBody,
   PromptOverhead,
+  ReasoningFacts,
   TokenCount,
-} from "../engine.ts";
+} from "../../protocol/engine.ts";
+import type { PlacedModel } from "../../protocol/placement.ts";
 import { readLlamaManifest } from "../native/llama_build.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import {
@@ -37,7 +37,6 @@ import { HarmonySplitter } from "./harmony.ts";
 import {
   grammarAfterThinking,
   opensThinking,
-  type ReasoningFacts,
   reasoningSplitter,
   reasoningVars,
 } from "./reasoning.ts";
@@ -340,7 +339,7 @@ export class LlamaEngine implements Engine {
    * loaded; models not placed here are unloaded (once their requests end)
    * and listed as not servable, so the gateway routes none to them.
    */
-  place(desired: DesiredModel[] | null): void {
+  place(desired: PlacedModel[] | null): void {
     if (this.#closed) return;
     this.#desired = desired
       ? new Map(desired.map((d) => [d.id, d.pinned]))

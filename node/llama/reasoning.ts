@@ -15,15 +15,12 @@
  *   gpt-oss's Harmony channels are split the same way (node/llama/harmony.ts).
  */
 
-import type { EngineModel } from "../engine.ts";
+import type {
+  ReasoningControl,
+  ReasoningFacts,
+} from "../../protocol/engine.ts";
 import { HarmonySplitter, isHarmony } from "./harmony.ts";
 import type { GrammarSpec } from "./protocol.ts";
-
-/** What a model's template says about its reasoning (reported in the model listing). */
-export type ReasoningFacts = NonNullable<EngineModel["reasoning"]>;
-
-/** The template variable that controls reasoning. */
-export type ReasoningControl = NonNullable<ReasoningFacts["control"]>;
 
 /** Chat `reasoning_effort` values (OpenAI's, with `none` and `xhigh`). */
 export const EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"];

@@ -3,7 +3,7 @@
  * lifetimes, and the enrollment and heartbeat message shapes. Both sides
  * import it, so a change is one edit.
  */
-import type { EngineModel, EngineStats } from "../node/engine.ts";
+import type { EngineKind, EngineModel, EngineStats } from "./engine.ts";
 import type { PlacedModel, PlacementReport } from "./placement.ts";
 
 /** Where the gateway mounts the node-facing API. */
@@ -23,7 +23,7 @@ export interface EnrollRequest {
   publicJwk: JsonWebKey;
   url: string;
   name?: string;
-  engine: "llama" | "openai";
+  engine: EngineKind;
   models: EngineModel[];
   probe: Record<string, unknown> | null;
   version: string | null;

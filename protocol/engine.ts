@@ -1,0 +1,128 @@
+/**
+ * What a node says about its engine, on the wire: the engine kinds, the
+ * models an engine serves (with what its chat template adds and how it
+ * reasons), its load and health figures, and which llama.cpp it runs.
+ * The node's engines produce these (node/engine.ts is the interface they
+ * implement); the gateway stores and routes on them (store/nodes.ts,
+ * fleet/registry.ts). Each fact is spelled once here, and every union
+ * and zod enum derives from the constants below.
+ */
+
+/** The engine kinds a node runs (`--engine`). */
+export const ENGINE_KINDS = ["llama", "openai"] as const;
+/** One of ENGINE_KINDS. */
+export type EngineKind = typeof ENGINE_KINDS[number];
+
+/** What a model does: "chat" models generate; "embedding" models only embed. */
+export const MODEL_KINDS = ["chat", "embedding"] as const;
+/** One of MODEL_KINDS. */
+export type ModelKind = typeof MODEL_KINDS[number];
+
+/**
+ * The chat template variable `reasoning_effort` sets: `enable_thinking`
+ * (on/off) or `reasoning_effort` (passed as is).
+ */
+export const REASONING_CONTROLS = [
+  "enable_thinking",
+  "reasoning_effort",
+] as const;
+/** One of REASONING_CONTROLS. */
+export type ReasoningControl = typeof REASONING_CONTROLS[number];
+
+/** How a model reasons (EngineModel.reasoning). */
+export interface ReasoningFacts {
+  /** The template variable chat `reasoning_effort` sets; null: none, the field is refused. */
+  control: ReasoningControl | null;
+  /** Its `<think>…</think>` output comes back as `reasoning_content`. */
+  parses: boolean;
+}
+
+/** A model an engine can serve. */
+export interface EngineModel {
+  /** Model id clients use (GGUF file name without extension, or upstream id). */
+  id: string;
+  /** Whether the model is loaded in memory right now. */
+  loaded: boolean;
+  /** "chat" models generate; "embedding" models only embed. */
+  kind: ModelKind;
+  /** Context length in tokens, when known. */
+  contextLength?: number;
+  /** Aliases that also resolve to this model. */
+  aliases?: string[];
+  /** A chat model that also serves `/v1/embeddings` (llama: mean pooling). */
+  embeddings?: boolean;
+  /** What the model's chat template adds to a conversation, when the engine knows it. */
+  promptOverhead?: PromptOverhead;
+  /**
+   * How the model reasons, when the engine knows (llama: from its chat
+   * template, node/llama/reasoning.ts): `control` is the template variable
+   * chat `reasoning_effort` sets (`enable_thinking` on/off, or
+   * `reasoning_effort` as is), null when the model has none and the field
+   * is refused; `parses`: its `<think>…</think>` output comes back as
+   * `reasoning_content`. The gateway passes an effort on only to models
+   * with a control (or to openai engines).
+   */
+  reasoning?: ReasoningFacts;
+  /**
+   * False for a model the engine lists but cannot serve now (an Exo model
+   * card not downloaded, or not placed): nothing is routed to it, and the
+   * gateway answers 503 `model_unavailable` for it rather than 404.
+   * Absent: servable.
+   */
+  servable?: false;
+}
+
+/**
+ * An upper bound on the bytes a chat template adds around the messages'
+ * text (a token is at least one byte, so bytes bound tokens): `fixed` per
+ * prompt (default system message, generation prompt), `perMessage`, and
+ * `tools` once when tools are offered (the gateway adds twice each tool's
+ * JSON length on top). The gateway caps billed prompt tokens at the bound.
+ */
+export interface PromptOverhead {
+  fixed: number;
+  perMessage: number;
+  tools: number;
+}
+
+/** What `Engine.countTokens` answers. */
+export interface TokenCount {
+  /** Prompt tokens, as `usage.prompt_tokens` of the same request would say. */
+  promptTokens: number;
+  /** The model's context per request, tokens. */
+  contextLength: number;
+}
+
+/** Load and health figures reported in each heartbeat. */
+export interface EngineStats {
+  /** Requests being generated right now. */
+  inFlight: number;
+  /** Requests admitted but waiting for a slot. */
+  queued: number;
+  /** Total concurrent sequences the engine serves. */
+  slots: number;
+  /** Generated tokens per second over the last few seconds, all streams. */
+  tokensPerSecond: number;
+  /** Whether the engine can serve requests now. */
+  healthy: boolean;
+  /** Human-readable reason when unhealthy. */
+  detail?: string;
+}
+
+/**
+ * Which llama.cpp a llama engine loaded: `built` from the pinned package's
+ * own source with ggml's RPC backend (node/native/llama_build.ts), or the
+ * npm package's `prebuilt` libraries, which have no RPC.
+ */
+export interface LlamaRuntime {
+  build: "built" | "prebuilt";
+  /** `llama_version()`. */
+  version: string;
+  /** The release tag and commit built (built only). */
+  tag: string | null;
+  commit: string | null;
+  /** Whether ggml's RPC backend is in (a model can use other nodes' memory). */
+  rpc: boolean;
+  /** Whether ggml-rpc's RDMA transport was compiled in (false for prebuilt). */
+  rdma: boolean;
+}
