@@ -4,6 +4,7 @@
  * settle the reservation, meter usage and count metrics exactly once.
  */
 import type { Fleet } from "../fleet/types.ts";
+import type { ModelKind } from "../protocol/engine.ts";
 import { OpenAIError } from "../protocol/openai/errors.ts";
 import type { AppDeps } from "../app.ts";
 import {
@@ -359,7 +360,7 @@ export class GatewayCore {
   resolveModel(
     ctx: AuthContext,
     named: string,
-    kind: "chat" | "embedding",
+    kind: ModelKind,
   ): ResolvedModel {
     const id = this.fleet.resolveModel(named);
     const served = this.fleet.servedModels().find((m) => m.id === id);

@@ -7,6 +7,7 @@
  */
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
+import { ENGINE_KINDS, isEngineKind } from "../protocol/engine.ts";
 import { defaultStateDir } from "./identity.ts";
 import { type MemorySpec, parseMemorySpec } from "./memory_spec.ts";
 import type { NodeWorkerOptions } from "./worker.ts";
@@ -161,9 +162,10 @@ export function nodeOptions(flags: NodeFlags): NodeWorkerOptions {
     throw new Error("Cannot start the node: --gateway URL is required");
   }
   const engine = get("engine") ?? "llama";
-  if (engine !== "llama" && engine !== "openai") {
+  if (!isEngineKind(engine)) {
+    const kinds = ENGINE_KINDS.join(" or ");
     throw new Error(
-      `Cannot start the node: --engine must be llama or openai: current value is ${engine}`,
+      `Cannot start the node: --engine must be ${kinds}: current value is ${engine}`,
     );
   }
   return {

@@ -13,6 +13,11 @@ export const ENGINE_KINDS = ["llama", "openai"] as const;
 /** One of ENGINE_KINDS. */
 export type EngineKind = typeof ENGINE_KINDS[number];
 
+/** Whether `v` is one of ENGINE_KINDS. */
+export function isEngineKind(v: unknown): v is EngineKind {
+  return (ENGINE_KINDS as readonly unknown[]).includes(v);
+}
+
 /** What a model does: "chat" models generate; "embedding" models only embed. */
 export const MODEL_KINDS = ["chat", "embedding"] as const;
 /** One of MODEL_KINDS. */

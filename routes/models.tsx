@@ -8,6 +8,7 @@
 import { type Context, Hono } from "hono";
 import { Alert, Badge, Card, PostForm, Table } from "../components/ui.tsx";
 import type { PlacementRule } from "../fleet/placement.ts";
+import { ENGINE_KINDS } from "../protocol/engine.ts";
 import type { PlacedModel } from "../protocol/placement.ts";
 import { ServiceError } from "../store/errors.ts";
 import { type ModelsView, modelsView } from "../store/model_overview.ts";
@@ -187,8 +188,7 @@ function placementCard(v: ModelsView, csrf: string) {
         />
         <select name="engine" aria-label="Engine">
           <option value="">any engine</option>
-          <option value="llama">llama</option>
-          <option value="openai">openai</option>
+          {ENGINE_KINDS.map((e) => <option key={e} value={e}>{e}</option>)}
         </select>
         <label>
           <input type="checkbox" name="pinned" value="1" /> pinned
