@@ -75,6 +75,61 @@ export interface EngineModel {
    * Absent: servable.
    */
   servable?: false;
+  /**
+   * The instance this model runs as when it spans several machines (a
+   * llama.cpp RPC split, or an Exo instance sharded across Macs): every
+   * node that hosts or fronts it reports the same `id`, and the gateway
+   * counts it as one unit of capacity, routes only to the nodes whose
+   * `serves` is true, and bills every member's time (fleet/instances.ts).
+   * Absent: the model runs on this node alone.
+   */
+  instance?: SpanningInstance;
+}
+
+/** How a spanning instance is built: ggml RPC (an Orchard head and workers), or an Exo cluster. */
+export const INSTANCE_KINDS = ["rpc", "exo"] as const;
+export type InstanceKind = typeof INSTANCE_KINDS[number];
+
+/** What a spanning instance is doing. */
+export const INSTANCE_STATES = [
+  "loading",
+  "ready",
+  "degraded",
+  "stopped",
+] as const;
+export type InstanceState = typeof INSTANCE_STATES[number];
+
+/** One model instance spanning several machines, as a node reports it. */
+export interface SpanningInstance {
+  /** Stable across its members: `rpc:<placement id>`, or `exo:<Exo instance id>`. */
+  id: string;
+  kind: InstanceKind;
+  /** Every machine it runs on, this node included. */
+  members: InstanceMember[];
+  /** Whether this node takes requests for it (rpc: the head only; exo: every fronting node). */
+  serves: boolean;
+  state: InstanceState;
+  /** Why it is degraded or stopped, when it is. */
+  detail?: string;
+}
+
+/**
+ * A machine an instance runs on. Orchard nodes are named by `nodeId`; an
+ * Exo member is named by its Exo id with the addresses and host name it
+ * reports, which the gateway matches to an Orchard node's (none: the
+ * member is unmanaged).
+ */
+export interface InstanceMember {
+  nodeId?: string;
+  exoNodeId?: string;
+  addresses?: string[];
+  hostname?: string;
+  /** rpc: the head loads the model, workers lend their memory. */
+  role?: "head" | "worker";
+  /** Bytes of the model (weights and KV) this member holds, when known. */
+  memoryBytes?: number;
+  /** How the head reaches this member's memory, when known. */
+  transport?: "rdma" | "tcp" | null;
 }
 
 /**
