@@ -86,6 +86,77 @@ function baseEnv(home: string): Record<string, string> {
   };
 }
 
+/** Runs `claude -p PROMPT` headless in `dir` against the cluster's gateway. */
+function claude(
+  c: { url: string; apiKey: string },
+  dir: string,
+  home: string,
+  prompt: string,
+) {
+  return run("claude", [
+    "-p",
+    prompt,
+    "--output-format",
+    "json",
+    "--model",
+    "agent",
+  ], {
+    cwd: dir,
+    env: {
+      ...baseEnv(home),
+      ANTHROPIC_BASE_URL: c.url,
+      ANTHROPIC_API_KEY: c.apiKey,
+      ANTHROPIC_DEFAULT_HAIKU_MODEL: "agent",
+      DISABLE_TELEMETRY: "1",
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    },
+  });
+}
+
+/**
+ * Runs `codex exec PROMPT` in `dir` against the cluster's gateway, with a
+ * config.toml for an Orchard provider in `home` (its CODEX_HOME).
+ */
+async function codex(
+  c: { url: string; apiKey: string },
+  dir: string,
+  home: string,
+  prompt: string,
+  opts: { contextWindow?: number; json?: boolean } = {},
+) {
+  await Deno.writeTextFile(
+    join(home, "config.toml"),
+    [
+      'model = "agent"',
+      'model_provider = "orchard"',
+      ...(opts.contextWindow
+        ? [`model_context_window = ${opts.contextWindow}`]
+        : []),
+      "[model_providers.orchard]",
+      'name = "Orchard"',
+      `base_url = "${c.url}/v1"`,
+      'env_key = "ORCHARD_API_KEY"',
+      'wire_api = "responses"',
+      "",
+    ].join("\n"),
+  );
+  return run("codex", [
+    "exec",
+    "--skip-git-repo-check",
+    "--sandbox",
+    "danger-full-access",
+    ...(opts.json ? ["--json"] : []),
+    prompt,
+  ], {
+    cwd: dir,
+    env: {
+      ...baseEnv(home),
+      CODEX_HOME: home,
+      ORCHARD_API_KEY: c.apiKey,
+    },
+  });
+}
+
 Deno.test({
   name:
     "agents: Claude Code reads two files with its Read tool over three turns through the gateway",
@@ -104,24 +175,12 @@ Deno.test({
       openai: { upstreamUrl: up.url, models: ["agent"] },
     });
     try {
-      const r = await run("claude", [
-        "-p",
+      const r = await claude(
+        cluster,
+        dir,
+        home,
         "What is the secret word? Start with notes.txt.",
-        "--output-format",
-        "json",
-        "--model",
-        "agent",
-      ], {
-        cwd: dir,
-        env: {
-          ...baseEnv(home),
-          ANTHROPIC_BASE_URL: cluster.url,
-          ANTHROPIC_API_KEY: cluster.apiKey,
-          ANTHROPIC_DEFAULT_HAIKU_MODEL: "agent",
-          DISABLE_TELEMETRY: "1",
-          CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-        },
-      });
+      );
       assert.equal(
         r.code,
         0,
@@ -165,33 +224,12 @@ Deno.test({
       openai: { upstreamUrl: up.url, models: ["agent"] },
     });
     try {
-      await Deno.writeTextFile(
-        join(home, "config.toml"),
-        [
-          'model = "agent"',
-          'model_provider = "orchard"',
-          "[model_providers.orchard]",
-          'name = "Orchard"',
-          `base_url = "${cluster.url}/v1"`,
-          'env_key = "ORCHARD_API_KEY"',
-          'wire_api = "responses"',
-          "",
-        ].join("\n"),
-      );
-      const r = await run("codex", [
-        "exec",
-        "--skip-git-repo-check",
-        "--sandbox",
-        "danger-full-access",
+      const r = await codex(
+        cluster,
+        dir,
+        home,
         "What is the secret word? Start with notes.txt.",
-      ], {
-        cwd: dir,
-        env: {
-          ...baseEnv(home),
-          CODEX_HOME: home,
-          ORCHARD_API_KEY: cluster.apiKey,
-        },
-      });
+      );
       assert.equal(
         r.code,
         0,
@@ -233,24 +271,7 @@ Deno.test({
     });
     try {
       await t.step("Claude Code", async () => {
-        const r = await run("claude", [
-          "-p",
-          "say hello",
-          "--output-format",
-          "json",
-          "--model",
-          "agent",
-        ], {
-          cwd: dir,
-          env: {
-            ...baseEnv(home),
-            ANTHROPIC_BASE_URL: cluster.url,
-            ANTHROPIC_API_KEY: cluster.apiKey,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL: "agent",
-            DISABLE_TELEMETRY: "1",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-          },
-        });
+        const r = await claude(cluster, dir, home, "say hello");
         assert.equal(
           r.code,
           0,
@@ -271,34 +292,9 @@ Deno.test({
         assert.ok(usage.output_tokens > 0, JSON.stringify(usage));
       });
       await t.step("Codex CLI", async () => {
-        await Deno.writeTextFile(
-          join(home, "config.toml"),
-          [
-            'model = "agent"',
-            'model_provider = "orchard"',
-            "model_context_window = 131072",
-            "[model_providers.orchard]",
-            'name = "Orchard"',
-            `base_url = "${cluster.url}/v1"`,
-            'env_key = "ORCHARD_API_KEY"',
-            'wire_api = "responses"',
-            "",
-          ].join("\n"),
-        );
-        const r = await run("codex", [
-          "exec",
-          "--skip-git-repo-check",
-          "--sandbox",
-          "danger-full-access",
-          "--json",
-          "say hello",
-        ], {
-          cwd: dir,
-          env: {
-            ...baseEnv(home),
-            CODEX_HOME: home,
-            ORCHARD_API_KEY: cluster.apiKey,
-          },
+        const r = await codex(cluster, dir, home, "say hello", {
+          contextWindow: 131072,
+          json: true,
         });
         assert.equal(
           r.code,
