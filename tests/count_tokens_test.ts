@@ -244,6 +244,39 @@ Deno.test("count_tokens equals the billed prompt tokens of the same request, and
   );
 
   await t.step(
+    "an image the model cannot see: count_tokens refuses it as /v1/messages does",
+    async () => {
+      const req = {
+        model: "tiny",
+        max_tokens: 4,
+        messages: [{
+          role: "user",
+          content: [
+            { type: "text", text: "What is in this picture?" },
+            {
+              type: "image",
+              source: {
+                type: "base64",
+                media_type: "image/png",
+                data:
+                  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+              },
+            },
+          ],
+        }],
+      };
+      const counted = await post("/v1/messages/count_tokens", req);
+      const cbody = await counted.json();
+      const res = await post("/v1/messages", req);
+      const body = await res.json();
+      assert.equal(res.status, 400, JSON.stringify(body));
+      assert.equal(counted.status, res.status, JSON.stringify(cbody));
+      assert.equal(cbody.type, "error");
+      assert.equal(cbody.error.message, body.error.message);
+    },
+  );
+
+  await t.step(
     "10 varied Responses requests: /v1/responses/input_tokens = input tokens billed",
     async () => {
       const bearer = (path: string, body: unknown) =>
