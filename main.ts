@@ -20,13 +20,27 @@ import type { Store } from "./store/store.ts";
 import { registerEnvAdminToken } from "./store/admin_tokens.ts";
 import { bootstrapAdmin } from "./store/sessions.ts";
 import { createStore } from "./store/store.ts";
+import { secureDataDir } from "./store/data_dir.ts";
 
-/** Opens KV: remote when ORCHARD_KV_URL is set, else a local file (one process only). */
+/**
+ * Opens KV: remote when ORCHARD_KV_URL is set, else a local file (one
+ * process only) in a data directory only this user can read (0700, files
+ * 0600: store/data_dir.ts), tightened with a warning where it was not.
+ */
 async function openKv(dataDir: string, kvUrl: string | null): Promise<Deno.Kv> {
   if (kvUrl) return await Deno.openKv(kvUrl);
   if (dataDir === ":memory:") return await Deno.openKv(":memory:");
-  await Deno.mkdir(dataDir, { recursive: true });
-  return await Deno.openKv(`${dataDir.replace(/\/+$/, "")}/orchard.kv`);
+  // what a fresh start makes is private from the start; what an older
+  // version, a copy or a restore left readable is said
+  for (const t of await secureDataDir(dataDir)) {
+    log.warn("data directory: permissions tightened", {
+      path: t.path,
+      was: t.was.toString(8),
+    });
+  }
+  const kv = await Deno.openKv(`${dataDir.replace(/\/+$/, "")}/orchard.kv`);
+  await secureDataDir(dataDir); // the KV file SQLite made follows the umask
+  return kv;
 }
 
 /**

@@ -61,7 +61,7 @@ export async function localInstanceId(dataDir: string): Promise<string> {
   }
   const id = newId();
   try {
-    await Deno.writeTextFile(path, `${id}\n`, { createNew: true });
+    await Deno.writeTextFile(path, `${id}\n`, { createNew: true, mode: 0o600 });
     return id;
   } catch (e) {
     if (e instanceof Deno.errors.AlreadyExists) return localInstanceId(dataDir);

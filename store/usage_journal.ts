@@ -69,7 +69,7 @@ export class UsageJournal {
     dir: string,
     opts: UsageJournalOptions = {},
   ): Promise<UsageJournal> {
-    await Deno.mkdir(dir, { recursive: true });
+    await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
     return new UsageJournal(dir, opts);
   }
 
@@ -107,7 +107,7 @@ export class UsageJournal {
         path,
         last: 0,
         since: now,
-        file: Deno.openSync(path, { create: true, append: true }),
+        file: Deno.openSync(path, { create: true, append: true, mode: 0o600 }),
       };
     }
     const bytes = new TextEncoder().encode(this.#lines.join(""));
