@@ -450,6 +450,8 @@ export class Exchange {
   queueMs = 0;
   /** Its node's slot count when routed (null: not routed). */
   slots: number | null = null;
+  /** The other members of the spanning instance it was routed to (empty: none). */
+  members: string[] = [];
   /** Why it was refused for lack of capacity (null: it was not). */
   refused: UsageRecord["refused"] | null = null;
   /** The `x-orchard-*` reports of how hints were taken (see UsageRecord.notes). */
@@ -567,7 +569,9 @@ export class Exchange {
     this.report(notes); // node headers passed on to the client
     this.nodeId = slot.node.id;
     this.queueMs = slot.queuedMs;
-    this.slots = Math.max(1, slot.node.stats?.slots ?? 1);
+    const pool = slot.node.pool;
+    this.slots = Math.max(1, pool?.slots ?? slot.node.stats?.slots ?? 1);
+    this.members = (pool?.members ?? []).filter((id) => id !== slot.node.id);
   }
 
   /** Notes a refusal for lack of capacity (every slot busy: queue full or timed out). */
@@ -698,6 +702,7 @@ export class Exchange {
         : {}),
       ...(this.queueMs > 0 ? { queueMs: this.queueMs } : {}),
       ...(this.slots !== null ? { slots: this.slots } : {}),
+      ...(this.members.length > 0 ? { members: this.members } : {}),
       ...(this.refused ? { refused: this.refused } : {}),
       ...(Object.keys(this.notes).length > 0 ? { notes: this.notes } : {}),
     });
