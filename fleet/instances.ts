@@ -287,3 +287,24 @@ export function instanceOf(
 ): FleetInstance | null {
   return m.instance ? table.get(m.instance.id) ?? null : null;
 }
+
+/**
+ * The slots of a set of nodes as units of capacity: each node's own, but
+ * the nodes that serve one spanning instance count once, for the most any
+ * of them has (null: no node reported slots).
+ */
+export function slotUnits(
+  nodes: Iterable<
+    { stats: { slots: number }; models: readonly EngineModel[] }
+  >,
+): number | null {
+  let total: number | null = null;
+  const pools = new Map<string, number>();
+  for (const n of nodes) {
+    const inst = n.models.find((m) => m.instance?.serves)?.instance;
+    if (inst) pools.set(inst.id, Math.max(pools.get(inst.id) ?? 0, n.stats.slots));
+    else total = (total ?? 0) + n.stats.slots;
+  }
+  for (const s of pools.values()) total = (total ?? 0) + s;
+  return total;
+}
