@@ -100,7 +100,9 @@ function hostOf(url: string): string | null {
 }
 
 /** The addresses and host name a node's probe and URL give. */
-function identityOf(n: InstanceNode): { addresses: Set<string>; host: string | null } {
+function identityOf(
+  n: InstanceNode,
+): { addresses: Set<string>; host: string | null } {
   const addresses = new Set<string>();
   const p = n.probe ?? {};
   if (Array.isArray(p.addresses)) {
@@ -197,7 +199,9 @@ export function resolveInstances(
         reasons.push(`member ${who} is ${m.nodeState}`);
       }
     }
-    const tenants = new Set(members.map((m) => m.managed ? m.dedicatedTo ?? null : null));
+    const tenants = new Set(
+      members.map((m) => m.managed ? m.dedicatedTo ?? null : null),
+    );
     let dedicatedTo: string | null = null;
     let state = g.state;
     let degraded: string | null = null;
@@ -302,8 +306,9 @@ export function slotUnits(
   const pools = new Map<string, number>();
   for (const n of nodes) {
     const inst = n.models.find((m) => m.instance?.serves)?.instance;
-    if (inst) pools.set(inst.id, Math.max(pools.get(inst.id) ?? 0, n.stats.slots));
-    else total = (total ?? 0) + n.stats.slots;
+    if (inst) {
+      pools.set(inst.id, Math.max(pools.get(inst.id) ?? 0, n.stats.slots));
+    } else total = (total ?? 0) + n.stats.slots;
   }
   for (const s of pools.values()) total = (total ?? 0) + s;
   return total;

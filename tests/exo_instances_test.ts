@@ -45,8 +45,16 @@ interface Instance {
 
 Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one instance: listed once, one unit of capacity, failover among its fronts, every member billed, 503 while a member drains, and the dedicated-node rules both ways", async () => {
   const nodes = [
-    { id: "exo-a", friendlyName: "studio-a", ips: ["10.77.0.1", "169.254.1.1"] },
-    { id: "exo-b", friendlyName: "studio-b", ips: ["10.77.0.2", "169.254.1.2"] },
+    {
+      id: "exo-a",
+      friendlyName: "studio-a",
+      ips: ["10.77.0.1", "169.254.1.1"],
+    },
+    {
+      id: "exo-b",
+      friendlyName: "studio-b",
+      ips: ["10.77.0.2", "169.254.1.2"],
+    },
     { id: "exo-c", friendlyName: "studio-c", ips: ["10.77.0.3"] },
     { id: "exo-d", friendlyName: "studio-d", ips: ["10.77.0.4"] },
   ];
@@ -68,7 +76,10 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
     },
   ]);
   const up = ["exo-a", "exo-b", "exo-c"].map((nodeId) =>
-    startFakeUpstream({ models: [BIG, WIDE], exo: { nodeId, state: () => state } })
+    startFakeUpstream({
+      models: [BIG, WIDE],
+      exo: { nodeId, state: () => state },
+    })
   );
   try {
     await using cluster = await startCluster({
@@ -162,7 +173,10 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(holding(), 4, "the other 4 wait for a slot of the instance");
     for (const u of up) u.release();
-    assert.deepEqual((await Promise.all(held)).map((r) => r.status), Array(8).fill(200));
+    assert.deepEqual(
+      (await Promise.all(held)).map((r) => r.status),
+      Array(8).fill(200),
+    );
 
     // Every member counts busy: each record names the instance's other members.
     const log = await found("the request log", async () => {
@@ -193,11 +207,15 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
     assert.equal((await chat(WIDE)).status, 200);
     assert.match((await big())!.reason ?? "", /member .* is drain(ing|ed)/);
     await cluster.admin("POST", `/nodes/${nb}/undrain`);
-    await found("served after the undrain", async () =>
-      (await chat(BIG)).status === 200);
+    await found(
+      "served after the undrain",
+      async () => (await chat(BIG)).status === 200,
+    );
 
     // A's node dedicated to acme, B's shared: mixed, degraded, not routed.
-    await cluster.admin("PUT", `/nodes/${na}/dedication`, { tenantId: acme.id });
+    await cluster.admin("PUT", `/nodes/${na}/dedication`, {
+      tenantId: acme.id,
+    });
     const mixed = await found("degraded", async () => {
       const i = await big();
       return i?.state === "degraded" ? i : null;
@@ -208,16 +226,23 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
     assert.equal(r1.status, 503);
     assert.equal(r1.code, "model_unavailable");
     // Both members acme's: acme's instance, refused to beta.
-    await cluster.admin("PUT", `/nodes/${nb}/dedication`, { tenantId: acme.id });
-    await found("acme's instance", async () =>
-      (await big())?.dedicatedTo === acme.id);
+    await cluster.admin("PUT", `/nodes/${nb}/dedication`, {
+      tenantId: acme.id,
+    });
+    await found(
+      "acme's instance",
+      async () => (await big())?.dedicatedTo === acme.id,
+    );
     for (let i = 0; i < 6; i++) {
       assert.equal((await chat(BIG)).status, 200, "acme is served");
       assert.equal((await chat(BIG, "hi", betaKey)).status, 503, "beta is not");
     }
     await cluster.admin("PUT", `/nodes/${na}/dedication`, { tenantId: null });
     await cluster.admin("PUT", `/nodes/${nb}/dedication`, { tenantId: null });
-    await found("shared again", async () => (await big())?.dedicatedTo === null);
+    await found(
+      "shared again",
+      async () => (await big())?.dedicatedTo === null,
+    );
 
     // A fronting node dies: the others take its requests.
     cluster.nodes[2]!.kill("SIGKILL");

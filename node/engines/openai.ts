@@ -325,7 +325,12 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   async function refresh(): Promise<void> {
     try {
       await discover();
-      exo = await readExo(client, base.replace(/\/v1$/, ""), headers, life.signal);
+      exo = await readExo(
+        client,
+        base.replace(/\/v1$/, ""),
+        headers,
+        life.signal,
+      );
       health = { healthy: true };
     } catch (err) {
       health = {
