@@ -35,7 +35,7 @@ import { NotFoundError } from "../store/errors.ts";
 import type { PortalEnv } from "./_env.ts";
 import { page } from "./_page.tsx";
 import { InstancesCard } from "../components/instances.tsx";
-import { listInstances } from "../store/instances.ts";
+import { listInstances } from "../store/spanning_instances.ts";
 
 type C = Context<PortalEnv>;
 

@@ -21,7 +21,7 @@ import { ago, type FleetPagesDeps, linkCell } from "./_fleet.ts";
 import { FlashMessages, redirectWithFlash, takeFlash } from "./_flash.tsx";
 import { page } from "./_page.tsx";
 import { InstancesCard } from "../components/instances.tsx";
-import { listInstances } from "../store/instances.ts";
+import { listInstances } from "../store/spanning_instances.ts";
 
 const LABEL = { ok: "healthy", warn: "degraded", bad: "poor" } as const;
 

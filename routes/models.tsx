@@ -30,7 +30,7 @@ import {
 import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
 import { InstancesCard } from "../components/instances.tsx";
-import { listInstances } from "../store/instances.ts";
+import { listInstances } from "../store/spanning_instances.ts";
 
 type C = Context<PortalEnv>;
 
