@@ -35,10 +35,10 @@ function Member(props: { m: FleetMember; head: string | null }) {
         </>
       )}
       {m.memoryBytes !== undefined && (
-        <span class="muted">{" "}{gib(m.memoryBytes)}</span>
+        <span class="muted">{` ${gib(m.memoryBytes)}`}</span>
       )}
       {m.transport !== undefined && (
-        <span class="muted">{" "}· {m.transport ?? "link unknown"}</span>
+        <span class="muted">{` · ${m.transport ?? "link unknown"}`}</span>
       )}
     </li>
   );
