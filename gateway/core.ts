@@ -367,12 +367,16 @@ export class GatewayCore {
     if (
       !served && modelAllowed(ctx, id, named) && this.fleet.knownModel(named)
     ) {
+      // a spanning instance says why: a member drains, is down, or dedication mixes
+      const why = this.fleet.instances?.().find((i) =>
+        i.model === id && !i.available && i.reason
+      )?.reason?.slice(0, 300) ?? "its nodes are draining, unhealthy or down";
       throw new OpenAIError(
         503,
         "model_unavailable",
         `No node can serve the model \`${
           named.slice(0, 256)
-        }\` right now (its nodes are draining, unhealthy or down); retry shortly`,
+        }\` right now (${why}); retry shortly`,
         { type: "server_error", headers: { "retry-after": "5" } },
       );
     }

@@ -151,6 +151,7 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
       return {
         status: res.status,
         code: body?.error?.code as string | undefined,
+        message: String(body?.error?.message ?? ""),
         retryAfter: res.headers.get("retry-after"),
       };
     };
@@ -203,6 +204,7 @@ Deno.test("an Exo instance on 2 of 3 Exo nodes, fronted by 3 nodes, is one insta
       return r.status === 503 ? r : null;
     });
     assert.equal(refused.code, "model_unavailable");
+    assert.match(refused.message, /member .* is drain(ing|ed)/, "it says why");
     assert.ok(Number(refused.retryAfter) > 0);
     assert.equal((await chat(WIDE)).status, 200);
     assert.match((await big())!.reason ?? "", /member .* is drain(ing|ed)/);
