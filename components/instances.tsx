@@ -17,7 +17,7 @@ function Member(props: { m: FleetMember; head: string | null }) {
   const label = m.name ?? m.hostname ?? m.exoNodeId ?? m.nodeId ?? "?";
   return (
     <li data-member={id}>
-      <strong>{label}</strong>
+      <strong title={label}>{label}</strong>
       {(m.role === "head" || (props.head !== null && props.head === id)) &&
         (
           <>
@@ -64,8 +64,8 @@ export function InstancesCard(
         {props.instances.map((i) => (
           <tr key={i.id} data-instance={i.id}>
             <td>
-              <strong>{i.model}</strong>
-              <div class="muted">{i.id}</div>
+              <strong title={i.model}>{i.model}</strong>
+              <div class="muted" title={i.id}>{i.id}</div>
               {i.dedicatedTo && <div class="muted">dedicated</div>}
             </td>
             <td>
@@ -78,7 +78,7 @@ export function InstancesCard(
               >
                 {i.available ? i.state : `${i.state}, unavailable`}
               </Badge>
-              {i.reason && <div class="muted">{i.reason}</div>}
+              {i.reason && <div class="muted" title={i.reason}>{i.reason}</div>}
             </td>
             <td>
               <ul class="plain">
