@@ -94,7 +94,8 @@ export function InstancesCard(
             <td>
               {i.serving.length === 0
                 ? <span class="muted">none</span>
-                : i.serving.map((id) => names.get(id) ?? id).join(", ")}
+                : i.serving.map((id) => names.get(id) ?? i.frontNames[id] ?? id)
+                  .join(", ")}
               <div class="muted">{i.slots} slots</div>
             </td>
           </tr>

@@ -72,6 +72,8 @@ export interface FleetInstance {
   fronts: string[];
   /** Fronting nodes requests may go to (healthy, and not another tenant's). */
   serving: string[];
+  /** The fronting nodes' names, by id (for pages). */
+  frontNames: Record<string, string>;
   /** What its members say it is doing (the worst any reports). */
   state: InstanceState;
   /** Whether requests may be routed to it now. */
@@ -234,6 +236,9 @@ export function resolveInstances(
       head: head?.nodeId ?? head?.exoNodeId ?? null,
       fronts,
       serving,
+      frontNames: Object.fromEntries(
+        fronts.map((f) => [f, byId.get(f)?.name ?? f]),
+      ),
       state,
       available: reasons.length === 0 && serving.length > 0,
       reason: reasons.length > 0 ? reasons.join("; ") : null,
