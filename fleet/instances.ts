@@ -32,6 +32,11 @@ import type {
   InstanceState,
 } from "../protocol/engine.ts";
 import type { NodeState } from "./types.ts";
+import {
+  type Identity,
+  identityOf,
+  resolveMember,
+} from "./_instance_members.ts";
 
 /** What the grouping needs to know of a node. */
 export interface InstanceNode {
@@ -93,35 +98,6 @@ const STATE_RANK: Record<InstanceState, number> = {
   stopped: 3,
 };
 
-function hostOf(url: string): string | null {
-  try {
-    return new URL(url).hostname.replace(/^\[|\]$/g, "").toLowerCase();
-  } catch {
-    return null;
-  }
-}
-
-/** The addresses and host name a node's probe and URL give. */
-function identityOf(
-  n: InstanceNode,
-): { addresses: Set<string>; host: string | null } {
-  const addresses = new Set<string>();
-  const p = n.probe ?? {};
-  if (Array.isArray(p.addresses)) {
-    for (const a of p.addresses.slice(0, 64)) {
-      if (typeof a === "string") addresses.add(a.toLowerCase());
-    }
-  }
-  const u = hostOf(n.url);
-  if (u && u !== "127.0.0.1" && u !== "localhost" && u !== "::1") {
-    addresses.add(u);
-  }
-  const host = typeof p.hostname === "string"
-    ? p.hostname.toLowerCase().replace(/\.local\.?$/, "")
-    : null;
-  return { addresses, host };
-}
-
 /** The key a member is merged on across reports. */
 function memberKey(m: InstanceMember): string {
   return m.nodeId ? `node:${m.nodeId}` : `exo:${m.exoNodeId ?? "?"}`;
@@ -132,7 +108,7 @@ export function resolveInstances(
   nodes: readonly InstanceNode[],
 ): Map<string, FleetInstance> {
   const byId = new Map<string, InstanceNode>(nodes.map((n) => [n.id, n]));
-  const ids = new Map<InstanceNode, ReturnType<typeof identityOf>>();
+  const ids = new Map<InstanceNode, Identity>();
   const identity = (n: InstanceNode) => {
     let i = ids.get(n);
     if (!i) ids.set(n, i = identityOf(n));
@@ -247,46 +223,6 @@ export function resolveInstances(
     });
   }
   return out;
-}
-
-function resolveMember(
-  mem: InstanceMember,
-  selfOf: Map<string, string>,
-  byId: Map<string, InstanceNode>,
-  nodes: readonly InstanceNode[],
-  identity: (n: InstanceNode) => ReturnType<typeof identityOf>,
-): FleetMember {
-  const { self: _self, ...rest } = mem;
-  const as = (
-    n: InstanceNode | undefined,
-    matchedBy: FleetMember["matchedBy"],
-    nodeId?: string,
-  ): FleetMember =>
-    n
-      ? {
-        ...rest,
-        nodeId: n.id,
-        managed: true,
-        matchedBy,
-        name: n.name,
-        nodeState: n.state,
-        dedicatedTo: n.dedicatedTo,
-      }
-      : { ...rest, nodeId, managed: true, matchedBy, nodeState: "gone" };
-  if (mem.nodeId) return as(byId.get(mem.nodeId), "node_id", mem.nodeId);
-  const self = mem.exoNodeId ? selfOf.get(mem.exoNodeId) : undefined;
-  if (self) return as(byId.get(self), "self", self);
-  const addrs = (mem.addresses ?? []).map((a) => a.toLowerCase());
-  const byAddr = nodes.filter((n) =>
-    addrs.some((a) => identity(n).addresses.has(a))
-  );
-  if (byAddr.length === 1) return as(byAddr[0], "address");
-  const host = mem.hostname?.toLowerCase().replace(/\.local\.?$/, "");
-  if (host && byAddr.length === 0) {
-    const byHost = nodes.filter((n) => identity(n).host === host);
-    if (byHost.length === 1) return as(byHost[0], "hostname");
-  }
-  return { ...rest, managed: false };
 }
 
 /** The instance a node's model runs as, if it spans machines. */
