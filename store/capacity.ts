@@ -77,7 +77,7 @@ export interface CapacityHeatmap {
 export interface SubjectCapacity {
   id: string;
   name: string;
-  /** Slots now (nodes; null: no heartbeat, or removed; the cluster: their sum). */
+  /** Slots now (nodes; null: no heartbeat, or removed; the cluster: their sum, a spanning instance counted once). */
   slots: number | null;
   /** Enrolled hours in the window (the cluster: node-hours). */
   capacityHours: number;
