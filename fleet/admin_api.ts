@@ -40,7 +40,9 @@ import type { Fleet } from "./types.ts";
 export interface NodesAdminDeps {
   store: Store;
   /** Calls nodes with a gateway-signed JWT (the registry from createFleet). */
-  fleet: Pick<Fleet, "fetchNode"> & { refresh?(): Promise<void> };
+  fleet: Pick<Fleet, "fetchNode" | "instances"> & {
+    refresh?(): Promise<void>;
+  };
   config: Pick<Config, "publicUrl">;
   /** The link-test runner, shared with the portal's mesh page (default: a new one). */
   links?: LinkTests;
@@ -117,6 +119,12 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
     );
     await deps.fleet.refresh?.();
     return c.json(node);
+  });
+  // The spanning instances the nodes report (fleet/instances.ts): members,
+  // who serves, whether it is available and why not.
+  api.get("/instances", (c) => {
+    requirePlatform(c.get("principal"));
+    return c.json({ items: deps.fleet.instances?.() ?? [] });
   });
   // Model placement and aliases (store/placement.ts); nodes learn their
   // desired models from their next heartbeat's answer.

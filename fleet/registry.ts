@@ -25,6 +25,11 @@ import {
   NODE_JWT_TTL_SECONDS,
 } from "../protocol/node_messages.ts";
 import type { Fleet, NodeTarget, NodeView, ServedModel } from "./types.ts";
+import {
+  type FleetInstance,
+  instanceOf,
+  resolveInstances,
+} from "./instances.ts";
 
 /** A node's JWT, and its target while the JWT is reused (one object, not one a call). */
 interface NodeJwt {
@@ -77,6 +82,13 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   }
   let records = new Map<string, NodeRecord>();
   let statuses = new Map<string, NodeStatus>();
+  let probes = new Map<string, Record<string, unknown>>();
+  /** The spanning instances, as of a fleet read and a time (node health follows the clock). */
+  let table: {
+    gen: number;
+    at: number;
+    map: ReadonlyMap<string, FleetInstance>;
+  } | null = null;
   /** Tenants some node is dedicated to. */
   let dedicated = new Set<string>();
   /** The operator's aliases (store/placement.ts): client-facing name → model id. */
@@ -100,9 +112,15 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     }
     const it = store.kv.list<NodeStatus>({ prefix: k.nodeStatusPrefix() });
     for await (const e of it) s.set(String(e.key[1]), e.value);
+    const p = new Map<string, Record<string, unknown>>();
+    const pl = store.kv.list<Record<string, unknown>>({
+      prefix: k.nodeProbePrefix(),
+    });
+    for await (const e of pl) p.set(String(e.key[1]), e.value);
     const a = await store.kv.get<Record<string, string>>(k.modelAliases());
     records = r;
     statuses = s;
+    probes = p;
     generation++;
     aliases = new Map(Object.entries(a.value ?? {}));
     dedicated = new Set(
@@ -125,7 +143,60 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
   }
   tick();
 
+  /** The spanning instances now (rebuilt per fleet read, and every SERVED_TTL_MS). */
+  function instances(now: number): ReadonlyMap<string, FleetInstance> {
+    if (table && table.gen === generation && now - table.at < SERVED_TTL_MS) {
+      return table.map;
+    }
+    const raw = [...records.values()].map((r) => ({
+      ...rawView(r, now),
+      probe: probes.get(r.id) ?? null,
+    }));
+    const map = raw.some((v) => v.models.some((m) => m.instance))
+      ? resolveInstances(raw)
+      : new Map<string, FleetInstance>();
+    table = { gen: generation, at: now, map };
+    return map;
+  }
+
+  /**
+   * A node as routing sees it: a model of a spanning instance is servable
+   * here only while the instance is available and this node serves it.
+   */
   function view(rec: NodeRecord, now: number): NodeView {
+    const v = rawView(rec, now);
+    if (!v.models.some((m) => m.instance)) return v;
+    const map = instances(now);
+    v.models = v.models.map((m) => {
+      const inst = instanceOf(m, map);
+      if (!inst || m.servable === false) return m;
+      return inst.available && inst.serving.includes(rec.id)
+        ? m
+        : { ...m, servable: false as const };
+    });
+    return v;
+  }
+
+  /** For a candidate of `model`: its instance's pool and dedication. */
+  function asCandidate(v: NodeView, model: string): NodeView {
+    const m = v.models.find((x) => matches(x, model));
+    if (!m?.instance) return v;
+    const inst = instances(Date.now()).get(m.instance.id);
+    if (!inst) return v;
+    return {
+      ...v,
+      dedicatedTo: inst.dedicatedTo,
+      pool: {
+        key: `instance:${inst.id}`,
+        slots: Math.max(1, inst.slots),
+        members: inst.members.flatMap((x) =>
+          x.managed && x.nodeId ? [x.nodeId] : []
+        ),
+      },
+    };
+  }
+
+  function rawView(rec: NodeRecord, now: number): NodeView {
     const st = statuses.get(rec.id) ?? null;
     return {
       id: rec.id,
@@ -202,7 +273,7 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
       const model = unalias(named);
       return serving().filter((v) =>
         v.models.some((m) => servable(m) && matches(m, model))
-      )
+      ).map((v) => asCandidate(v, model))
         .sort((a, b) => load(a.stats) - load(b.stats));
     },
     knownModel(named) {
@@ -311,6 +382,9 @@ export function createFleet(deps: FleetDeps): FleetRegistry {
     nodes() {
       const now = Date.now();
       return [...records.values()].map((r) => view(r, now));
+    },
+    instances() {
+      return [...instances(Date.now()).values()];
     },
     hasDedicated(tenantId) {
       return dedicated.has(tenantId);

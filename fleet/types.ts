@@ -4,6 +4,7 @@
  * and how to call them with a gateway-signed JWT; the gateway picks among
  * `candidates()` and tracks its own in-flight counts per node.
  */
+import type { FleetInstance } from "./instances.ts";
 import type {
   EngineKind,
   EngineModel,
@@ -28,6 +29,18 @@ export interface NodeView {
   enrolledAt: string;
   /** The tenant it serves alone, or null (shared). */
   dedicatedTo: string | null;
+  /**
+   * For a candidate of a model that spans machines (fleet/instances.ts):
+   * the instance its slots belong to. The router counts in-flight requests
+   * and slots per pool, so the instance is one unit of capacity however
+   * many nodes front it.
+   */
+  pool?: {
+    key: string;
+    slots: number;
+    /** The Orchard nodes it runs on (managed members): all count busy while it works. */
+    members: readonly string[];
+  };
 }
 
 /** Where a node is called, and the headers each call carries. */
@@ -64,6 +77,8 @@ export interface Fleet {
   servedModels(): readonly ServedModel[];
   /** Every enrolled node, whatever its state (for metrics and pages). */
   nodes?(): NodeView[];
+  /** The spanning instances the nodes report (fleet/instances.ts), for pages. */
+  instances?(): readonly FleetInstance[];
   /** Whether some enrolled node (in any state) is dedicated to the tenant. */
   hasDedicated?(tenantId: string): boolean;
   /** The operator's aliases, client-facing name → model id (store/placement.ts). */

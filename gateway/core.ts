@@ -367,12 +367,16 @@ export class GatewayCore {
     if (
       !served && modelAllowed(ctx, id, named) && this.fleet.knownModel(named)
     ) {
+      // a spanning instance says why: a member drains, is down, or dedication mixes
+      const why = this.fleet.instances?.().find((i) =>
+        i.model === id && !i.available && i.reason
+      )?.reason?.slice(0, 300) ?? "its nodes are draining, unhealthy or down";
       throw new OpenAIError(
         503,
         "model_unavailable",
         `No node can serve the model \`${
           named.slice(0, 256)
-        }\` right now (its nodes are draining, unhealthy or down); retry shortly`,
+        }\` right now (${why}); retry shortly`,
         { type: "server_error", headers: { "retry-after": "5" } },
       );
     }
@@ -450,6 +454,8 @@ export class Exchange {
   queueMs = 0;
   /** Its node's slot count when routed (null: not routed). */
   slots: number | null = null;
+  /** The other members of the spanning instance it was routed to (empty: none). */
+  members: string[] = [];
   /** Why it was refused for lack of capacity (null: it was not). */
   refused: UsageRecord["refused"] | null = null;
   /** The `x-orchard-*` reports of how hints were taken (see UsageRecord.notes). */
@@ -567,7 +573,9 @@ export class Exchange {
     this.report(notes); // node headers passed on to the client
     this.nodeId = slot.node.id;
     this.queueMs = slot.queuedMs;
-    this.slots = Math.max(1, slot.node.stats?.slots ?? 1);
+    const pool = slot.node.pool;
+    this.slots = Math.max(1, pool?.slots ?? slot.node.stats?.slots ?? 1);
+    this.members = (pool?.members ?? []).filter((id) => id !== slot.node.id);
   }
 
   /** Notes a refusal for lack of capacity (every slot busy: queue full or timed out). */
@@ -698,6 +706,7 @@ export class Exchange {
         : {}),
       ...(this.queueMs > 0 ? { queueMs: this.queueMs } : {}),
       ...(this.slots !== null ? { slots: this.slots } : {}),
+      ...(this.members.length > 0 ? { members: this.members } : {}),
       ...(this.refused ? { refused: this.refused } : {}),
       ...(Object.keys(this.notes).length > 0 ? { notes: this.notes } : {}),
     });

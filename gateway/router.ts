@@ -35,6 +35,11 @@ export const DEFAULT_QUEUE_TIMEOUT_MS = 120_000;
 /** A slot's hold time assumed before any was measured, ms. */
 const UNKNOWN_HOLD_MS = 10_000;
 
+/** A candidate's slots: its spanning instance's (counted once), else its own. */
+function slotsOf(n: NodeView): number {
+  return Math.max(1, n.pool?.slots ?? n.stats?.slots ?? 1);
+}
+
 /** A held slot on a node; release exactly once. */
 export interface SlotGrant {
   node: NodeView;
@@ -152,8 +157,11 @@ export class NodeRouter {
     let oldest = 0;
     for (const g of h?.held ?? []) oldest = Math.max(oldest, now - g.since);
     let slots = 0;
+    const pools = new Set<string>();
     for (const n of this.#fleet.candidates(model)) {
-      slots += Math.max(1, n.stats?.slots ?? 1);
+      if (n.pool && pools.has(n.pool.key)) continue; // an instance counts once
+      if (n.pool) pools.add(n.pool.key);
+      slots += slotsOf(n);
     }
     const ahead = this.#waiters.filter((w) => w.model === model).length;
     const ms = Math.max(0, avg - oldest) +
@@ -285,8 +293,8 @@ export class NodeRouter {
     let bestLoad = Infinity;
     let ties = 0;
     for (const n of cands) {
-      const used = this.#inflight.get(n.id) ?? 0;
-      const slots = Math.max(1, n.stats?.slots ?? 1);
+      const used = this.#used(n);
+      const slots = slotsOf(n);
       if (used >= slots) continue;
       const load = used / slots;
       if (load < bestLoad) {
@@ -301,8 +309,8 @@ export class NodeRouter {
     if (affinity !== null && cands.length > 1) {
       let top = -1;
       for (const n of cands) {
-        const used = this.#inflight.get(n.id) ?? 0;
-        const slots = Math.max(1, n.stats?.slots ?? 1);
+        const used = this.#used(n);
+        const slots = slotsOf(n);
         if (used >= slots || used / slots > bestLoad + AFFINITY_SLACK) continue;
         const score = rendezvous(affinity, this.#hashOf(n.id));
         if (score > top) [top, best] = [score, n];
@@ -310,6 +318,8 @@ export class NodeRouter {
     }
     const node = best!;
     this.#inflight.set(node.id, (this.#inflight.get(node.id) ?? 0) + 1);
+    const pool = node.pool?.key;
+    if (pool) this.#inflight.set(pool, (this.#inflight.get(pool) ?? 0) + 1);
     let hold = this.#holds.get(model);
     if (!hold) {
       if (this.#holds.size >= 10_000) this.#holds.clear();
@@ -328,12 +338,19 @@ export class NodeRouter {
         h.held.delete(held);
         const ms = performance.now() - held.since;
         h.avgMs = h.avgMs === null ? ms : h.avgMs * 0.8 + ms * 0.2;
-        const n = (this.#inflight.get(node.id) ?? 1) - 1;
-        if (n <= 0) this.#inflight.delete(node.id);
-        else this.#inflight.set(node.id, n);
+        for (const key of pool ? [node.id, pool] : [node.id]) {
+          const n = (this.#inflight.get(key) ?? 1) - 1;
+          if (n <= 0) this.#inflight.delete(key);
+          else this.#inflight.set(key, n);
+        }
         this.#wake();
       },
     };
+  }
+
+  /** Requests in flight from this gateway on a candidate: its instance's, for a spanning one. */
+  #used(n: NodeView): number {
+    return this.#inflight.get(n.pool?.key ?? n.id) ?? 0;
   }
 
   #hashOf(id: string): number {

@@ -279,3 +279,27 @@ Deno.test("NodeRouter.estimateWaitS() adds a hold per slot's worth of requests q
   await Promise.all(waiters);
   held.release();
 });
+
+Deno.test("NodeRouter.acquire() counts the nodes fronting one spanning instance as one pool of its slots", async () => {
+  const fleet = fleetOf([["a", 4], ["b", 4], ["c", 4], ["solo", 1]]);
+  for (const n of fleet.list.slice(0, 3)) {
+    n.pool = { key: "instance:exo:1", slots: 3, members: ["a", "b"] };
+  }
+  const router = new NodeRouter(fleet, { queueTimeoutMs: 50 });
+  const signal = new AbortController().signal;
+  const held = [];
+  for (let i = 0; i < 4; i++) held.push(await router.acquire("m", signal));
+  const pooled = held.filter((s) => s.node.pool).length;
+  assert.equal(pooled, 3, "3 slots across the 3 fronting nodes, not 12");
+  assert.equal(held.filter((s) => s.node.id === "solo").length, 1);
+  await assert.rejects(router.acquire("m", signal), CapacityError);
+  held.find((s) => s.node.pool)!.release();
+  const again = await router.acquire("m", signal);
+  assert.ok(again.node.pool, "a freed slot of the instance is taken again");
+  again.release();
+  for (const s of held) s.release();
+  assert.equal(
+    router.inFlight("a") + router.inFlight("b") + router.inFlight("c"),
+    0,
+  );
+});

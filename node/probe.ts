@@ -17,10 +17,30 @@ export function basicProbe(): Probe {
     arch: Deno.build.arch,
     osRelease: Deno.osRelease(),
     hostname: Deno.hostname(),
+    addresses: addresses(),
     cpus: navigator.hardwareConcurrency,
     memory: { totalBytes: mem.total, availableBytes: mem.available },
     loadavg: Deno.loadavg(),
   };
+}
+
+/**
+ * The machine's own non-loopback addresses (at most 16): the gateway maps
+ * an Exo instance's members to nodes by them (fleet/instances.ts).
+ */
+function addresses(): string[] {
+  try {
+    const out = new Set<string>();
+    for (const i of Deno.networkInterfaces()) {
+      if (i.address === "127.0.0.1" || i.address === "::1") continue;
+      if (i.family === "IPv6" && i.address.startsWith("fe80")) continue;
+      out.add(i.address);
+      if (out.size >= 16) break;
+    }
+    return [...out];
+  } catch {
+    return [];
+  }
 }
 
 let nativeProbe: (() => Promise<Probe>) | null | undefined;

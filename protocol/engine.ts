@@ -130,6 +130,12 @@ export interface InstanceMember {
   memoryBytes?: number;
   /** How the head reaches this member's memory, when known. */
   transport?: "rdma" | "tcp" | null;
+  /**
+   * This member is the reporting node's own machine (exo: the Exo node its
+   * upstream answers `GET /node_id` with): the gateway maps it to the
+   * reporting node before any address or host name match.
+   */
+  self?: boolean;
 }
 
 /**

@@ -34,6 +34,8 @@ import { capacityCsv } from "../store/capacity_csv.ts";
 import { NotFoundError } from "../store/errors.ts";
 import type { PortalEnv } from "./_env.ts";
 import { page } from "./_page.tsx";
+import { InstancesCard } from "../components/instances.tsx";
+import { listInstances } from "../store/spanning_instances.ts";
 
 type C = Context<PortalEnv>;
 
@@ -172,7 +174,10 @@ function lines(r: CapacityReport, s: SubjectCapacity): UsageChartProps[] {
 }
 
 async function view(c: C) {
-  const r = await capacityReport(c.get("deps").store, c.get("principal")!);
+  const [r, instances] = await Promise.all([
+    capacityReport(c.get("deps").store, c.get("principal")!),
+    listInstances(c.get("deps").store, c.get("principal")!),
+  ]);
   const nodeId = c.req.query("node")?.slice(0, 200) ?? "";
   const subject = nodeId ? r.nodes.find((n) => n.id === nodeId) : r.cluster;
   if (!subject) {
@@ -229,6 +234,10 @@ async function view(c: C) {
       <Card title="Nodes" id="nodes">
         <NodesTable r={r} selected={subject.id} />
       </Card>
+      <InstancesCard
+        instances={instances}
+        names={new Map(r.nodes.map((n) => [n.id, n.name]))}
+      />
       <Card id="charts">
         <form method="get" action="/capacity#charts" class="row">
           <div class="field">

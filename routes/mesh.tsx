@@ -20,6 +20,8 @@ import type { PortalEnv } from "./_env.ts";
 import { ago, type FleetPagesDeps, linkCell } from "./_fleet.ts";
 import { FlashMessages, redirectWithFlash, takeFlash } from "./_flash.tsx";
 import { page } from "./_page.tsx";
+import { InstancesCard } from "../components/instances.tsx";
+import { listInstances } from "../store/spanning_instances.ts";
 
 const LABEL = { ok: "healthy", warn: "degraded", bad: "poor" } as const;
 
@@ -33,9 +35,10 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
     .get("/", async (c) => {
       const store = c.get("deps").store;
       const p = c.get("principal")!;
-      const [nodes, tests] = await Promise.all([
+      const [nodes, tests, instances] = await Promise.all([
         listNodes(store, p),
         listLinkTests(store, p),
+        listInstances(store, p),
       ]);
       const latest = new Map<string, LinkTestRecord>();
       for (const t of tests) {
@@ -206,6 +209,7 @@ export function createMeshPages(deps: FleetPagesDeps): Hono<PortalEnv> {
                   </ul>
                 )}
             </Card>
+            <InstancesCard instances={instances} names={nameOf} />
           </>
         ),
       );

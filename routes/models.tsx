@@ -29,6 +29,8 @@ import {
 } from "./_flash.tsx";
 import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
+import { InstancesCard } from "../components/instances.tsx";
+import { listInstances } from "../store/spanning_instances.ts";
 
 type C = Context<PortalEnv>;
 
@@ -232,6 +234,10 @@ function aliasesCard(v: ModelsView, csrf: string) {
 
 async function view(c: C, flash: Flash = {}, error?: string) {
   const v = await modelsView(c.get("deps").store, c.get("principal")!);
+  const instances = await listInstances(
+    c.get("deps").store,
+    c.get("principal")!,
+  );
   const csrf = c.get("csrf");
   return page(
     c,
@@ -256,6 +262,7 @@ async function view(c: C, flash: Flash = {}, error?: string) {
         </Card>
       )}
       <Card>{modelsTable(v)}</Card>
+      <InstancesCard instances={instances} />
       {placementCard(v, csrf)}
       {aliasesCard(v, csrf)}
     </>,

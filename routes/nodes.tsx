@@ -49,6 +49,8 @@ import {
 } from "./_flash.tsx";
 import { portalMessage } from "./_messages.ts";
 import { page, str } from "./_page.tsx";
+import { InstancesCard } from "../components/instances.tsx";
+import { listInstances } from "../store/spanning_instances.ts";
 
 type C = Context<PortalEnv>;
 
@@ -266,6 +268,7 @@ async function view(
 ) {
   const p = c.get("principal")!;
   const nodes = await listNodes(c.get("deps").store, p);
+  const instances = await listInstances(c.get("deps").store, p);
   const tenants = (await listTenants(c.get("deps").store, p, { limit: 200 }))
     .items.map((t) => ({ id: t.id, name: t.name }));
   const csrf = c.get("csrf");
@@ -315,6 +318,10 @@ async function view(
             </Table>
           </div>
         </Card>
+        <InstancesCard
+          instances={instances}
+          names={new Map(nodes.map((n) => [n.id, n.name]))}
+        />
         <Card title="Add a node" id="join">
           <FlashMessages flash={flash} section="join" />
           {error && <Alert tone="error">{error}</Alert>}

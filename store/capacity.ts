@@ -38,6 +38,7 @@ import type { NodeRecord, NodeStatus } from "./nodes.ts";
 import { getPricing, type Pricing } from "./pricing.ts";
 import { type Principal, requirePlatform } from "./principal.ts";
 import type { Store } from "./store.ts";
+import { slotUnits } from "../fleet/instances.ts";
 
 /** Days in the window (4 weeks, today included). */
 export const WINDOW_DAYS = 28;
@@ -76,7 +77,7 @@ export interface CapacityHeatmap {
 export interface SubjectCapacity {
   id: string;
   name: string;
-  /** Slots now (nodes; null: no heartbeat, or removed; the cluster: their sum). */
+  /** Slots now (nodes; null: no heartbeat, or removed; the cluster: their sum, a spanning instance counted once). */
   slots: number | null;
   /** Enrolled hours in the window (the cluster: node-hours). */
   capacityHours: number;
@@ -164,7 +165,18 @@ export async function capacityReport(
   ]);
   const slotsOf = new Map<string, number>();
   for (const [id, s] of statuses) slotsOf.set(id, s.stats.slots);
-  return buildReport(sums, records, slotsOf, pricing, from, hours, now);
+  const live = [...statuses].filter(([id]) => records.has(id));
+  const clusterSlots = slotUnits(live.map(([, st]) => st));
+  return buildReport(
+    sums,
+    records,
+    slotsOf,
+    clusterSlots,
+    pricing,
+    from,
+    hours,
+    now,
+  );
 }
 
 async function listValues<T>(
@@ -409,6 +421,8 @@ function buildReport(
   sums: Sums,
   records: Map<string, NodeRecord>,
   slotsOf: Map<string, number>,
+  /** The cluster's slots, a spanning instance's counted once (fleet/instances.ts). */
+  clusterSlots: number | null,
   pricing: Pricing,
   from: number,
   hours: number,
@@ -453,10 +467,7 @@ function buildReport(
     {
       id: "*",
       name: "Cluster",
-      slots: nodes.reduce<number | null>(
-        (n, x) => x.slots === null ? n : (n ?? 0) + x.slots,
-        null,
-      ),
+      slots: clusterSlots,
       cap: total((s) => s.cap),
       slot,
       completion: total((s) => s.completion),

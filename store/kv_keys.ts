@@ -97,6 +97,7 @@ export const k = {
   nodeStatus: (id: string) => ["node_status", id] as const,
   nodeStatusPrefix: () => ["node_status"] as const,
   nodeProbe: (id: string) => ["node_probe", id] as const,
+  nodeProbePrefix: () => ["node_probe"] as const,
   /** The gateway's last check of the node's advertised URL (fleet/reachability.ts). */
   nodeReach: (id: string) => ["node_reach", id] as const,
   linkTest: (a: string, b: string) => ["link_test", a, b] as const,

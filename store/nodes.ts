@@ -18,6 +18,8 @@ import {
   type EngineKind,
   type EngineModel,
   type EngineStats,
+  INSTANCE_KINDS,
+  INSTANCE_STATES,
   MODEL_KINDS,
   REASONING_CONTROLS,
 } from "../protocol/engine.ts";
@@ -100,6 +102,23 @@ const modelSchema = z.object({
     parses: z.boolean(),
   }).optional(),
   servable: z.literal(false).optional(),
+  instance: z.object({
+    id: z.string().min(1).max(200),
+    kind: z.enum(INSTANCE_KINDS),
+    members: z.array(z.object({
+      nodeId: z.string().min(1).max(100).optional(),
+      exoNodeId: z.string().min(1).max(200).optional(),
+      addresses: z.array(z.string().min(1).max(100)).max(16).optional(),
+      hostname: z.string().min(1).max(255).optional(),
+      role: z.enum(["head", "worker"]).optional(),
+      memoryBytes: z.number().min(0).max(1e15).optional(),
+      transport: z.enum(["rdma", "tcp"]).nullable().optional(),
+      self: z.boolean().optional(),
+    })).min(1).max(32),
+    serves: z.boolean(),
+    state: z.enum(INSTANCE_STATES),
+    detail: z.string().max(500).optional(),
+  }).optional(),
 });
 const models = z.array(modelSchema).max(256);
 const count = z.number().int().min(0).max(1e6);

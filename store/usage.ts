@@ -58,6 +58,12 @@ export interface UsageRecord {
   /** Its node's slot count when it was routed there (absent: not routed). */
   slots?: number;
   /**
+   * The other Orchard nodes of the spanning instance that served it
+   * (fleet/instances.ts), at most 32: each counts busy for its time too, in
+   * chargeback and capacity, as `nodeId` does. Absent: one node served it.
+   */
+  members?: string[];
+  /**
    * Refused for lack of capacity (503 `server_busy`): every slot busy and
    * the queue full, or its wait for a slot timed out.
    */

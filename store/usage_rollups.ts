@@ -156,6 +156,8 @@ interface LastTuple {
   tenantId: string;
   model: string;
   nodeId: string | null;
+  /** Its spanning instance's other members, joined (see membersOf). */
+  members: string;
   hour: number;
   gs: RecordGroups;
   /** UsageRollups' drop count when its groups were last known present. */
@@ -175,6 +177,13 @@ interface RecordGroups {
   nodeTenant: Group | null;
   /** Capacity day groups (shared): the node's (if routed), the model's and the cluster's. */
   capNode: Group | null;
+  /**
+   * The other members of the spanning instance that served it: each one's
+   * node month, node × tenant month and capacity groups, which count its
+   * busy time too (not its requests or tokens: those are the serving
+   * node's).
+   */
+  members: { node: Group; nodeTenant: Group; capNode: Group }[];
   capModel: Group;
   capCluster: Group;
   /** The record's hour of the (UTC) day: its slot in the hourly capacity groups. */
@@ -780,6 +789,16 @@ export class UsageRollups {
         nt.sums[1] = nt.sums[1]! + prompt + completion;
         this.#markOwn(nt, b, seq);
       }
+      for (const m of gs.members) {
+        if (seq > m.node.floor) {
+          m.node.sums[0] = m.node.sums[0]! + latency;
+          this.#markShared(m.node, seq, now, delayMs);
+        }
+        if (seq > m.nodeTenant.floor) {
+          m.nodeTenant.sums[0] = m.nodeTenant.sums[0]! + latency;
+          this.#markOwn(m.nodeTenant, b, seq);
+        }
+      }
       this.#foldCapacity(r, gs, seq, now, delayMs);
     }
   }
@@ -819,6 +838,14 @@ export class UsageRollups {
       v[o + 4] = v[o + 4]! + share;
       v[o + 5] = v[o + 5]! + queue;
       this.#markShared(cn, seq, now, delayMs);
+    }
+    for (const { capNode } of gs.members) {
+      if (seq <= capNode.floor) continue;
+      const v = capNode.sums; // NODE_FIELDS: busy and slot time only
+      const o = gs.hod * CAP_NODE_N;
+      v[o + 3] = v[o + 3]! + busy;
+      v[o + 4] = v[o + 4]! + share;
+      this.#markShared(capNode, seq, now, delayMs);
     }
     const cm = gs.capModel;
     if (seq > cm.floor) {
@@ -860,7 +887,8 @@ export class UsageRollups {
     const last = this.#lastOfKey.get(r.keyId);
     if (
       last !== undefined && last.hour === hour && last.model === r.model &&
-      last.nodeId === r.nodeId && last.tenantId === r.tenantId
+      last.nodeId === r.nodeId && last.tenantId === r.tenantId &&
+      last.members === membersOf(r)
     ) {
       if (last.drops === this.#drops) return last.gs;
       if (!stale(last.gs)) {
@@ -869,7 +897,9 @@ export class UsageRollups {
       }
     }
     const id =
-      `${r.tenantId}\u0000${r.keyId}\u0000${r.model}\u0000${r.nodeId}\u0000${hour}`;
+      `${r.tenantId}\u0000${r.keyId}\u0000${r.model}\u0000${r.nodeId}\u0000${hour}\u0000${
+        membersOf(r)
+      }`;
     let gs = this.#byRecord.get(id);
     if (!gs || stale(gs)) {
       if (this.#byRecord.size >= 50_000) this.#byRecord.clear();
@@ -881,6 +911,7 @@ export class UsageRollups {
       tenantId: r.tenantId,
       model: r.model,
       nodeId: r.nodeId,
+      members: membersOf(r),
       hour,
       gs,
       drops: this.#drops,
@@ -982,6 +1013,16 @@ export class UsageRollups {
       capNode: r.nodeId
         ? capGroup("node", r.nodeId, CAP_NODE_NAMES, CAP_NODE_N)
         : null,
+      members: memberIds(r).map((id) => ({
+        node: monthGroup("node", id, NODE_MONTH_FIELDS, null),
+        nodeTenant: monthGroup(
+          "node_tenant",
+          `${id}/${r.tenantId}`,
+          NODE_MONTH_FIELDS,
+          r.tenantId,
+        ),
+        capNode: capGroup("node", id, CAP_NODE_NAMES, CAP_NODE_N),
+      })),
       capModel: capGroup("model", r.model, MODEL_FIELDS, MODEL_FIELDS.length),
       capCluster: capGroup("cluster", "*", CAP_CLUSTER_NAMES, CAP_CLUSTER_N),
       hod: d.getUTCHours(),
@@ -1056,6 +1097,7 @@ function allGroups(gs: RecordGroups): Group[] {
   if (gs.node) out.push(gs.node);
   if (gs.nodeTenant) out.push(gs.nodeTenant);
   if (gs.capNode) out.push(gs.capNode);
+  for (const m of gs.members) out.push(m.node, m.nodeTenant, m.capNode);
   out.push(gs.capModel, gs.capCluster);
   return out;
 }
@@ -1065,12 +1107,29 @@ function later(now: number, delayMs: number): number {
   return now + delayMs * (0.5 + 0.5 * Math.random());
 }
 
+/** A record's spanning-instance members other than its node (valid ids, at most 32, no repeats). */
+function memberIds(r: UsageRecord): string[] {
+  if (!r.nodeId || !Array.isArray(r.members)) return [];
+  const out = new Set<string>();
+  for (const id of r.members) {
+    if (typeof id === "string" && id && id !== r.nodeId) out.add(id);
+    if (out.size >= 32) break;
+  }
+  return [...out];
+}
+
+/** memberIds joined: what a record's cached groups are looked up by. */
+function membersOf(r: UsageRecord): string {
+  return r.members ? memberIds(r).join(",") : "";
+}
+
 /** Whether one of a record's cached groups left memory. */
 function stale(gs: RecordGroups): boolean {
   return gs.tenantTime.some((g) => g.gone) ||
     gs.sharedTime.some((g) => g.gone) || gs.tenant.gone ||
     gs.tenantModel.gone || !!gs.node?.gone || !!gs.nodeTenant?.gone ||
-    !!gs.capNode?.gone || gs.capModel.gone || gs.capCluster.gone;
+    !!gs.capNode?.gone || gs.capModel.gone || gs.capCluster.gone ||
+    gs.members.some((m) => m.node.gone || m.nodeTenant.gone || m.capNode.gone);
 }
 
 /** A group's value (its sums by name, zeros left out, and `_seq`) under its shard key. */

@@ -186,7 +186,14 @@ const enc = new TextEncoder();
  * "mlx-2025", …) gets that server's answer.
  */
 export function startFakeUpstream(
-  opts: { models?: string[] } = {},
+  opts: {
+    models?: string[];
+    /**
+     * Answer as an Exo node: `GET /node_id` with `nodeId`, `GET /state`
+     * with `state()` (tests/_exo_state.ts builds Exo 1.0's shapes).
+     */
+    exo?: { nodeId: string; state: () => unknown };
+  } = {},
 ): FakeUpstream {
   const requests: Record<string, unknown>[] = [];
   let releaseHold = () => {};
@@ -219,6 +226,12 @@ export function startFakeUpstream(
             ...fake.listing[id],
           })),
         });
+      }
+      if (req.method === "GET" && opts.exo && path === "/node_id") {
+        return Response.json(opts.exo.nodeId);
+      }
+      if (req.method === "GET" && opts.exo && path === "/state") {
+        return Response.json(opts.exo.state());
       }
       if (req.method === "GET") {
         return new Response("not found", { status: 404 });

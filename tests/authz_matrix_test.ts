@@ -196,6 +196,7 @@ const COVERAGE: Record<string, Cover> = {
   "POST /api/admin/v1/links/test": { kind: "platform-only" },
   "POST /api/admin/v1/links/test-all": { kind: "platform-only" },
   "GET /api/admin/v1/links": { kind: "platform-only" },
+  "GET /api/admin/v1/instances": { kind: "platform-only" },
   "GET /api/admin/v1/links/progress": { kind: "platform-only" },
   // budgets, alerts and webhooks
   "GET /api/admin/v1/tenants/:id/budgets": { kind: "tenant-b" },

@@ -144,7 +144,26 @@ async function seed(w: TestWorld) {
       tokensPerSecond: 123456.7,
       healthy: true,
       memory: { totalBytes: 512 * 2 ** 30, freeBytes: 123 * 2 ** 30 },
-      models: [{ id: LONG_MODEL, loaded: true, kind: "chat", aliases: [] }],
+      models: [{
+        id: LONG_MODEL,
+        loaded: true,
+        kind: "chat",
+        aliases: [],
+        // an Exo instance on both Macs and one no node runs on: the instances card
+        instance: {
+          id: `exo:${"9f1c2d3e-".repeat(4)}`,
+          kind: "exo",
+          serves: true,
+          state: "ready",
+          members: [0, 1, 2].map((j) => ({
+            exoNodeId: `12D3KooW${"x".repeat(40)}${j}`,
+            hostname: `mac-studio-with-a-very-long-friendly-name-${j}`,
+            memoryBytes: 123.4 * 2 ** 30,
+            transport: "rdma" as const,
+            ...(j === i ? { self: true } : {}),
+          })),
+        },
+      }],
       drainState: "none",
     });
   }

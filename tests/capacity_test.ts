@@ -563,3 +563,57 @@ Deno.test({
 function close(a: number, b: number): boolean {
   return Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(a), Math.abs(b));
 }
+
+Deno.test("capacityReport() counts a spanning instance's slots once, and its members busy while it works", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const store = await createStore(kv);
+  try {
+    const enrolled = Date.UTC(2026, 0, 1);
+    for (const id of ["node-a", "node-b", "node-c"]) {
+      await seedNode(store, id, id.replace("node", "mac"), enrolled, 4);
+    }
+    // node-a and node-b front one Exo instance on both Macs; node-c serves alone
+    for (const id of ["node-a", "node-b"]) {
+      const st = (await kv.get<NodeStatus>(k.nodeStatus(id))).value!;
+      await kv.set(k.nodeStatus(id), {
+        ...st,
+        models: [{
+          id: "big",
+          loaded: true,
+          kind: "chat",
+          instance: {
+            id: "exo:i1",
+            kind: "exo",
+            serves: true,
+            state: "ready",
+            members: [{ exoNodeId: "A" }, { exoNodeId: "B" }],
+          },
+        }],
+      });
+    }
+    // an hour on the instance, taken by node-a: node-b was just as busy
+    await writeUsage(store, [
+      rec(BUSY_HOUR, {
+        model: "big",
+        nodeId: "node-a",
+        members: ["node-b"],
+        latencyMs: 3_600_000,
+        slots: 4,
+      }),
+    ]);
+    const r = await capacityReport(store, SYSTEM, NOW);
+    assert.equal(r.cluster.slots, 8, "the instance's 4 and node-c's 4");
+    const node = (id: string) => r.nodes.find((n) => n.id === id)!;
+    assert.equal(node("node-a").requests, 1);
+    assert.equal(
+      node("node-b").requests,
+      0,
+      "requests stay the serving node's",
+    );
+    assert.ok(node("node-b").busyShare! > 0);
+    assert.equal(node("node-b").busyShare, node("node-a").busyShare);
+    assert.equal(node("node-c").busyShare, 0);
+  } finally {
+    kv.close();
+  }
+});

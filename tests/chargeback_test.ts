@@ -244,3 +244,43 @@ Deno.test("a dedicated node's whole cost is its tenant's statement, and no idle 
     await w.close();
   }
 });
+
+Deno.test("a spanning instance's busy time is billed on every member: its statement has each member's lines, and none of it is idle capacity", async () => {
+  const w = await createWorld();
+  try {
+    await setPricing(w.store, SYSTEM, PRICING);
+    for (const id of ["n1", "n2"]) {
+      await w.store.kv.set(k.node(id), {
+        id,
+        name: `studio-${id}`,
+        url: `http://${id}`,
+        engine: "openai",
+        publicJwk: {},
+        keyThumbprint: "t",
+        drain: false,
+        models: [],
+        enrolledAt: "2026-08-01T00:00:00.000Z",
+        joinTokenId: "j",
+        version: null,
+        dedicatedTo: null,
+      });
+    }
+    // n1 fronts an Exo instance on n1 and n2: 2 h of A's requests.
+    await writeUsage(w.store, [
+      rec(w.tenantA.id, { latencyMs: 3_600_000, members: ["n2"] }),
+      rec(w.tenantA.id, { latencyMs: 3_600_000, members: ["n2"] }),
+    ]);
+    const cb = await clusterChargeback(w.store, SYSTEM, MONTH);
+    const rowA = cb.tenants.find((t) => t.tenantId === w.tenantA.id)!;
+    assert.equal(rowA.nodeHours, 4, "2 h on each member");
+    assert.equal(cb.idle.hours, 2 * 720 - 4);
+    const a = await buildStatement(w.store, SYSTEM, w.tenantA.id, MONTH);
+    const billed = (node: string) =>
+      a.lines.filter((l) => l.description.includes(node)).map((l) => l.kind);
+    assert.deepEqual(billed("studio-n1"), ["energy", "hardware"]);
+    assert.deepEqual(billed("studio-n2"), ["energy", "hardware"]);
+    assert.equal(rowA.totalMicro, a.totalMicro);
+  } finally {
+    await w.close();
+  }
+});

@@ -42,6 +42,8 @@ import {
   upstreamError,
 } from "./openai_shapes.ts";
 import { normaliseStream } from "./openai_stream.ts";
+import { exoInstances, parseExoNodeId } from "./exo_state.ts";
+import type { SpanningInstance } from "../../protocol/engine.ts";
 import { ESTIMATOR, TokenCounters, type TokenizerSearch } from "./tokens.ts";
 
 /** Most models reported to the gateway (the heartbeat's limit): servable ones first. */
@@ -117,6 +119,43 @@ async function engineSlots(
   }
 }
 
+/** Largest Exo `/state` body read (it carries every node's profile, downloads and tasks). */
+const MAX_EXO_STATE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Exo's instances by model id when the upstream is Exo (it answers
+ * `GET /node_id` and `GET /state`: exo_state.ts), else null.
+ */
+async function readExo(
+  client: Http1Client,
+  root: string,
+  headers: Record<string, string>,
+  life: AbortSignal,
+): Promise<Map<string, SpanningInstance> | null> {
+  const get = async (path: string, max: number): Promise<unknown> => {
+    const res = await client.request(root, path, {
+      method: "GET",
+      headers,
+      signal: AbortSignal.any([life, AbortSignal.timeout(10_000)]),
+    });
+    const length = Number(res.headers.get("content-length") ?? NaN);
+    if (!ok(res) || length > max) {
+      res.cancel();
+      return undefined;
+    }
+    const text = await res.text();
+    return text.length > max ? undefined : JSON.parse(text);
+  };
+  try {
+    const selfId = parseExoNodeId(await get("/node_id", 1024));
+    if (selfId === null) return null;
+    const state = await get("/state", MAX_EXO_STATE_BYTES);
+    return state === undefined ? null : exoInstances(state, selfId);
+  } catch {
+    return null;
+  }
+}
+
 const ok = (res: Http1Response) => res.status >= 200 && res.status < 300;
 const json = async (res: Http1Response): Promise<unknown> =>
   JSON.parse(await res.text());
@@ -135,6 +174,8 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   const probeTimeoutMs = opts.probeTimeoutMs ?? 30_000;
   const verify = opts.verifyModels ?? true;
   let served = new Map<string, EngineModel>();
+  /** Exo's running instances by model id (null: the upstream is not Exo). */
+  let exo: Map<string, SpanningInstance> | null = null;
   /** Listed but not answering: reported as not servable. */
   let unservable = new Map<string, EngineModel>();
   /** Each listed model's names a tokenizer may be found under (its id, the repo ids its entry gives). */
@@ -284,6 +325,12 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
   async function refresh(): Promise<void> {
     try {
       await discover();
+      exo = await readExo(
+        client,
+        base.replace(/\/v1$/, ""),
+        headers,
+        life.signal,
+      );
       health = { healthy: true };
     } catch (err) {
       health = {
@@ -449,8 +496,14 @@ export function createOpenAIEngine(opts: OpenAIEngineOptions): Engine {
     },
     models() {
       const room = Math.max(0, MAX_REPORTED_MODELS - served.size);
+      const instances = exo;
       return Promise.resolve([
-        ...served.values(),
+        ...(instances
+          ? [...served.values()].map((m) => {
+            const instance = instances.get(m.id);
+            return instance ? { ...m, instance } : m;
+          })
+          : served.values()),
         ...[...unservable.values()].slice(0, room),
       ]);
     },

@@ -509,6 +509,12 @@ export function openApiDocument() {
           schema: { type: "object" },
         }),
       },
+      "/instances": {
+        get: op(
+          "Spanning instances (a model across several machines: an RPC split or an Exo instance): members, who serves, availability and why not",
+          { status: "200", schema: { type: "object" } },
+        ),
+      },
       "/links": {
         get: op("Latest link test per node pair (orchard.linktest/1)", {
           status: "200",
