@@ -33,6 +33,10 @@ const RPC_SYMBOLS = {
 } as const;
 
 const BASE_SYMBOLS = {
+  ggml_backend_dev_count: { parameters: [], result: "usize" },
+  ggml_backend_dev_get: { parameters: ["usize"], result: P },
+  // enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3
+  ggml_backend_dev_type: { parameters: [P], result: "i32" },
   ggml_backend_reg_dev_count: { parameters: [P], result: "usize" },
   ggml_backend_reg_dev_get: { parameters: [P, "usize"], result: P },
   ggml_backend_dev_name: { parameters: [P], result: P },
@@ -60,6 +64,11 @@ export interface RpcDevice {
 export interface Rpc {
   /** Connects to `host:port` and returns its devices (throws when it does not answer). */
   devices(endpoint: string): Promise<RpcDevice[]>;
+  /**
+   * This machine's GPU devices (Metal on a Mac; none on a CPU-only host,
+   * where the head's layers stay on the CPU), with their free memory.
+   */
+  localGpus(): { ptr: Deno.PointerObject; freeBytes: number }[];
   close(): void;
 }
 
@@ -151,6 +160,26 @@ export function openRpc(llama: Llama): Rpc {
       }
       return out;
     },
+    localGpus() {
+      const out: { ptr: Deno.PointerObject; freeBytes: number }[] = [];
+      const n = Number(b.ggml_backend_dev_count());
+      for (let i = 0; i < n; i++) {
+        const ptr = b.ggml_backend_dev_get(BigInt(i));
+        if (!ptr) continue;
+        const type = b.ggml_backend_dev_type(ptr);
+        if (type !== 1 && type !== 2) continue;
+        const name = readCString(b.ggml_backend_dev_name(ptr)) ?? "";
+        if (name.startsWith("RPC")) continue;
+        const free = new BigUint64Array(1), total = new BigUint64Array(1);
+        b.ggml_backend_dev_memory(
+          ptr,
+          new Uint8Array(free.buffer),
+          new Uint8Array(total.buffer),
+        );
+        out.push({ ptr, freeBytes: Number(free[0]) });
+      }
+      return out;
+    },
     close() {
       if (closed) return;
       closed = true;
@@ -170,4 +199,29 @@ export function rpcServerPath(libDir: string): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * How a span's layers are spread: the shares per member (head first), from
+ * the admin's split or else the members' free memory, and how many of the
+ * `layers` the head keeps. Throws on a split of the wrong length or all
+ * zeros.
+ */
+export function planSplit(
+  layers: number,
+  freeBytes: number[],
+  split: number[] | null,
+): { shares: number[]; headLayers: number } {
+  const raw = split ?? freeBytes.map((b) => Math.max(0, b));
+  if (raw.length !== freeBytes.length) {
+    throw new Error(
+      `Cannot split the model: the split gives ${raw.length} shares for ${freeBytes.length} members (head first)`,
+    );
+  }
+  const sum = raw.reduce((a, b) => a + b, 0);
+  if (!(sum > 0)) {
+    throw new Error("Cannot split the model: every share is zero");
+  }
+  const shares = raw.map((x) => x / sum);
+  return { shares, headLayers: Math.round(layers * shares[0]!) };
 }
