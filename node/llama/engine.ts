@@ -374,10 +374,10 @@ export class LlamaEngine implements Engine {
     // the head: drop a process loaded for another layout (or none)
     const model = a?.role === "head" ? a.model : null;
     for (const st of this.#state.values()) {
-      if (!st.proc?.alive || st.spanKey === undefined || st.spanKey === null) {
-        continue;
-      }
-      if (st.entry.id === model && st.spanKey === spanKey(a!)) continue;
+      if (!st.proc?.alive) continue;
+      if (st.entry.id === model) {
+        if (st.spanKey === spanKey(a!)) continue;
+      } else if (!st.spanKey) continue;
       log.info("unloading a model loaded across workers", {
         model: st.entry.id,
         why: st.entry.id === model

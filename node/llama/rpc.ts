@@ -32,9 +32,13 @@ const RPC_SYMBOLS = {
   },
 } as const;
 
-const BASE_SYMBOLS = {
+/** libggml: the registry of every loaded backend's devices. */
+const GGML_SYMBOLS = {
   ggml_backend_dev_count: { parameters: [], result: "usize" },
   ggml_backend_dev_get: { parameters: ["usize"], result: P },
+} as const;
+
+const BASE_SYMBOLS = {
   // enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3
   ggml_backend_dev_type: { parameters: [P], result: "i32" },
   ggml_backend_reg_dev_count: { parameters: [P], result: "usize" },
@@ -121,6 +125,7 @@ export function openRpc(llama: Llama): Rpc {
   }
   const rpc = Deno.dlopen(libFile(llama.libDir, "ggml-rpc"), RPC_SYMBOLS);
   const base = Deno.dlopen(libFile(llama.libDir, "ggml-base"), BASE_SYMBOLS);
+  const ggml = Deno.dlopen(libFile(llama.libDir, "ggml"), GGML_SYMBOLS);
   const b = base.symbols;
   let closed = false;
   return {
@@ -162,9 +167,9 @@ export function openRpc(llama: Llama): Rpc {
     },
     localGpus() {
       const out: { ptr: Deno.PointerObject; freeBytes: number }[] = [];
-      const n = Number(b.ggml_backend_dev_count());
+      const n = Number(ggml.symbols.ggml_backend_dev_count());
       for (let i = 0; i < n; i++) {
-        const ptr = b.ggml_backend_dev_get(BigInt(i));
+        const ptr = ggml.symbols.ggml_backend_dev_get(BigInt(i));
         if (!ptr) continue;
         const type = b.ggml_backend_dev_type(ptr);
         if (type !== 1 && type !== 2) continue;
@@ -185,6 +190,7 @@ export function openRpc(llama: Llama): Rpc {
       closed = true;
       rpc.close();
       base.close();
+      ggml.close();
     },
   };
 }
