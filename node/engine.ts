@@ -31,10 +31,7 @@ import type {
   EngineStats,
   TokenCount,
 } from "../protocol/engine.ts";
-import type {
-  PlacedModel,
-  SpanAssignment,
-} from "../protocol/placement.ts";
+import type { PlacedModel, SpanAssignment } from "../protocol/placement.ts";
 
 /** A loosely typed OpenAI request body, already parsed from JSON. */
 export type OpenAIBody = Record<string, unknown>;

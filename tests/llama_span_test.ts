@@ -23,7 +23,8 @@ if (cannot) {
   console.error(`llama_span_test: ignored: ${cannot}`);
 }
 
-const PROMPT = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n";
+const PROMPT =
+  "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n";
 
 interface Member {
   nodeId?: string;
@@ -120,9 +121,11 @@ Deno.test({
       baseURL: `${c.url}/v1`,
       maxRetries: 0,
     });
-    // the single-node run: only the head serves, alone
-    await c.admin("PUT", `/nodes/${w1}/placement`, { models: [] });
-    await c.admin("PUT", `/nodes/${w2}/placement`, { models: [] });
+    // the single-node run: only the head serves, alone (the others are
+    // placed a model they do not have, so they serve none)
+    const elsewhere = { models: [{ id: "not-here" }] };
+    await c.admin("PUT", `/nodes/${w1}/placement`, elsewhere);
+    await c.admin("PUT", `/nodes/${w2}/placement`, elsewhere);
     await c.admin("PUT", `/nodes/${head}/placement`, {
       models: [{ id: "small", pinned: true }],
     });
@@ -158,7 +161,8 @@ Deno.test({
         seen = [i, await instanceOf(c, w1, "small")];
         return i?.id === id && i.state === "ready" &&
           i.members.filter((m) => m.role === "worker" && m.addresses?.length)
-              .length === workers && i;
+              .length === workers &&
+          i;
       }).catch((err) => {
         throw new Error(`${err.message}; last seen ${JSON.stringify(seen)}`);
       });
@@ -176,7 +180,9 @@ Deno.test({
     const ep1 = inst1.members[1]!.addresses![0]!;
     assert.match(ep1, /^127\.0\.0\.1:\d+$/, "bound to the head-facing address");
     assert.equal((await rpcServersOn(ep1.split(":")[1]!)).length, 1);
-    const split1 = await greedy(client);
+    // the gateway's view of the fleet follows within a refresh
+    const served = () => until("served", () => greedy(client), 15_000);
+    const split1 = await served();
     assert.deepEqual(split1, single, "one worker: the single node's tokens");
     // listed once
     const list = await client.models.list();
@@ -187,7 +193,7 @@ Deno.test({
       nodes: [head, w1, w2],
     }) as { id: string; instance: string };
     await ready(span2.instance, 2);
-    const split2 = await greedy(client);
+    const split2 = await served();
     assert.deepEqual(split2, single, "two workers: the single node's tokens");
 
     // back to one worker for the death test
@@ -202,23 +208,46 @@ Deno.test({
       return !i;
     });
 
-    // a worker dies mid-stream
-    const stream = await client.completions.create({
+    // a worker dies mid-stream: a seed whose answer runs long (the same
+    // seed gives the same tokens), so that the kill lands mid-answer
+    const LONG = {
       model: "small",
-      prompt: PROMPT + "Tell me a very long story.",
+      prompt: PROMPT,
       max_tokens: 400,
       temperature: 1,
-      seed: 3,
+    };
+    let seed = 0;
+    for (let s = 1; s <= 20 && !seed; s++) {
+      const r = await client.completions.create({ ...LONG, seed: s });
+      if ((r.usage?.completion_tokens ?? 0) >= 150) seed = s;
+    }
+    assert.ok(seed, "some seed gives an answer of 150 tokens or more");
+    const stream = await client.completions.create({
+      ...LONG,
+      seed,
       stream: true,
     });
+    // the worker's machine dies: its node and its RPC server at once
+    const [serverPid] = await rpcServersOn(ep3.split(":")[1]!);
+    assert.ok(serverPid, "the worker's RPC server runs");
     let killedAt = 0;
     let got = "";
+    let last: unknown = null;
     const ended = (async () => {
       try {
         for await (const chunk of stream) {
+          last = chunk;
+          if (killedAt) {
+            console.error(
+              "DEBUG chunk",
+              Date.now() - killedAt,
+              JSON.stringify(chunk.choices[0]?.text),
+            );
+          }
           got += chunk.choices[0]?.text ?? "";
           if (!killedAt && got.length > 0) {
             killedAt = Date.now();
+            Deno.kill(serverPid, "SIGKILL");
             await c.killNode(1);
           }
         }
@@ -231,17 +260,23 @@ Deno.test({
     assert.ok(killedAt > 0, "the stream started before the worker was killed");
     assert.ok(
       end.error,
-      `the stream ended with an error, not a normal end (${got.length} chars)`,
+      `the stream ended with an error, not a normal end (${got.length} chars, ${
+        Date.now() - killedAt
+      } ms after the kill, last chunk ${JSON.stringify(last)})`,
     );
     assert.ok(
       end.at - killedAt < 10_000,
       `the error came ${end.at - killedAt} ms after the kill`,
     );
     // the dead node's server went with it
-    await until("the killed worker's RPC server gone", async () =>
-      (await rpcServersOn(ep3.split(":")[1]!)).length === 0, 10_000);
+    await until(
+      "the killed worker's RPC server gone",
+      async () => (await rpcServersOn(ep3.split(":")[1]!)).length === 0,
+      10_000,
+    );
 
     // unavailable: 503 with retry-after
+    let lastAnswer = "";
     const res = await until("a 503", async () => {
       const r = await fetch(`${c.url}/v1/completions`, {
         method: "POST",
@@ -252,24 +287,32 @@ Deno.test({
         body: JSON.stringify({ model: "small", prompt: "hi", max_tokens: 2 }),
       });
       const body = await r.json();
+      lastAnswer = `${r.status} ${JSON.stringify(body).slice(0, 300)}`;
       return r.status === 503 ? { r, body } : null;
-    }, 30_000);
+    }, 30_000).catch((err) => {
+      throw new Error(`${err.message}; last answer ${lastAnswer}`);
+    });
     assert.equal(res.body.error.code, "model_unavailable");
     assert.ok(Number(res.r.headers.get("retry-after")) > 0);
 
     // the worker returns: the instance serves again, the same tokens
     await c.restartNode(1);
     await ready(span3.instance, 1);
-    assert.deepEqual(await greedy(client), single, "after the worker returned");
+    assert.deepEqual(await served(), single, "after the worker returned");
 
     // unplaced: no RPC server left
     const inst4 = await instanceOf(c, head, "small");
     const ep4 = inst4!.members[1]!.addresses![0]!;
     assert.equal((await rpcServersOn(ep4.split(":")[1]!)).length, 1);
     await c.admin("DELETE", "/models/small/span");
-    await until("the worker's RPC server gone after unplace", async () =>
-      (await rpcServersOn(ep4.split(":")[1]!)).length === 0, 15_000);
-    await until("the worker reports no instance", async () =>
-      !(await instanceOf(c, w1, "small")));
+    await until(
+      "the worker's RPC server gone after unplace",
+      async () => (await rpcServersOn(ep4.split(":")[1]!)).length === 0,
+      15_000,
+    );
+    await until(
+      "the worker reports no instance",
+      async () => !(await instanceOf(c, w1, "small")),
+    );
   },
 });

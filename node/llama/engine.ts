@@ -17,11 +17,11 @@ import type {
   ReasoningFacts,
   TokenCount,
 } from "../../protocol/engine.ts";
+import type { PlacedModel, SpanAssignment } from "../../protocol/placement.ts";
 import type {
-  PlacedModel,
-  SpanAssignment,
-} from "../../protocol/placement.ts";
-import type { InstanceMember, SpanningInstance } from "../../protocol/engine.ts";
+  InstanceMember,
+  SpanningInstance,
+} from "../../protocol/engine.ts";
 import { rpcServerPath } from "./rpc.ts";
 import { RpcServerProcess } from "./rpc_server.ts";
 import { readLlamaManifest } from "../native/llama_build.ts";
@@ -339,13 +339,19 @@ export class LlamaEngine implements Engine {
           : {}),
       })),
     ];
-    if (rpc) members[0]!.memoryBytes = Math.round(st!.entry.size * rpc.split[0]!);
+    if (rpc) {
+      members[0]!.memoryBytes = Math.round(st!.entry.size * rpc.split[0]!);
+    }
     const error = this.#placeErrors.get(a.model)?.error;
     return {
       id: a.instance,
       kind: "rpc",
       serves: true,
-      state: loaded ? "ready" : waiting.length || error ? "degraded" : "loading",
+      state: loaded
+        ? "ready"
+        : waiting.length || error
+        ? "degraded"
+        : "loading",
       ...(waiting.length
         ? { detail: `waiting for worker ${waiting.join(", ")}` }
         : !loaded && error
@@ -466,7 +472,9 @@ export class LlamaEngine implements Engine {
   }
 
   /** How the head loads `e` across its workers, or null when it is not a span head for it. */
-  #spanLoad(e: CatalogEntry): { rpc: RpcLoad; key: string; env: Record<string, string> } | null {
+  #spanLoad(
+    e: CatalogEntry,
+  ): { rpc: RpcLoad; key: string; env: Record<string, string> } | null {
     const a = this.#span?.a;
     if (a?.role !== "head" || a.model !== e.id) return null;
     const waiting = a.workers.filter((w) => !w.endpoint);
@@ -489,9 +497,14 @@ export class LlamaEngine implements Engine {
       key: spanKey(a),
       // RDMA only where every worker's link test passed over it: ggml-rpc
       // negotiates per connection but the switch is per process
-      env: a.workers.every((w) => w.transport === "rdma")
-        ? {}
-        : { GGML_RPC_NO_RDMA: "1" },
+      // ggml aborts this process when a worker is lost: no gdb backtrace
+      // on the protocol pipe
+      env: {
+        GGML_NO_BACKTRACE: "1",
+        ...(a.workers.every((w) => w.transport === "rdma")
+          ? {}
+          : { GGML_RPC_NO_RDMA: "1" }),
+      },
     };
   }
 

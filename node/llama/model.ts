@@ -133,7 +133,11 @@ export class LoadedLlama {
   static async load(llama: Llama, opts: LoadOptions): Promise<LoadedLlama> {
     const s = llama.symbols;
     const mp = s.llama_model_default_params();
-    new DataView(mp.buffer).setInt32(MP.n_gpu_layers, opts.gpuLayers ?? -1, true); // all layers on Metal where present
+    new DataView(mp.buffer).setInt32(
+      MP.n_gpu_layers,
+      opts.gpuLayers ?? -1,
+      true,
+    ); // all layers on Metal where present
     // NULL-terminated list; llama.cpp copies it during the load
     const devices = opts.devices?.length
       ? new BigUint64Array([
