@@ -158,7 +158,8 @@ export function linkBetween(
     const addr = l.b === worker ? side("local").address : side("peer").address;
     return {
       workerAddress: typeof addr === "string" && addr ? addr : null,
-      transport: r.transport === "rdma" ? "rdma" : "tcp",
+      // the link test names the RDMA mode (`rdma-uc`, …)
+      transport: String(r.transport ?? "").startsWith("rdma") ? "rdma" : "tcp",
     };
   }
   return null;
