@@ -4,8 +4,8 @@
  * the same model loaded locally, split with a loopback `ggml-rpc-server`
  * worker (the head keeps half the layers, as a span's head does with equal
  * free memory: node/llama/child.ts), and with every layer on the worker;
- * and the per-token cost of crossing to a worker (split ms/token − local
- * ms/token). Loopback TCP on one machine: both processes share its cores,
+ * and the per-token cost of crossing to a worker (all-on-worker ms/token −
+ * local ms/token: the same compute, plus the round trip each token makes). Loopback TCP on one machine: both processes share its cores,
  * so this is the protocol's cost, not a link's. On Macs the RDMA figure
  * comes from the same bench with the worker's server on the other Mac's
  * Thunderbolt address (`--span-worker host:port`, started there with
@@ -22,6 +22,7 @@ import { readGguf, validateModel } from "../node/llama/gguf.ts";
 
 /** Greedy-decodes `n` tokens; tokens/s of the decode steps. */
 function decodeRate(m: LoadedLlama, n: number): number {
+  m.clearSeq(0);
   const prompt = m.tokenize("<|im_start|>user\nhello<|im_end|>\n", true);
   m.batch.clear();
   prompt.forEach((t, i) => m.batch.add(t, i, 0, i === prompt.length - 1));
@@ -95,7 +96,9 @@ export async function spanBench(
       tensorSplit: [1],
     });
     const remote = await run({ devices: [dev.ptr] });
-    const cross = 1000 / split - 1000 / local;
+    // all layers on the worker does the same compute as local, in another
+    // process, plus one round trip per token: the cost of crossing
+    const cross = 1000 / remote - 1000 / local;
     console.log(
       `\nspan (${
         worker ? `worker ${worker}` : "loopback TCP worker"
