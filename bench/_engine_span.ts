@@ -118,7 +118,7 @@ export async function spanBench(
     console.log(
       `  crossing to a worker  ${
         cross.toFixed(2)
-      } ms per token (split − local)`,
+      } ms per token (all on worker − local: same compute, one round trip)`,
     );
   } finally {
     rpc.close();
