@@ -142,7 +142,7 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
       ),
     ));
   // A model across several nodes (head first): ggml RPC, instance rpc:<id>
-  api.put("/models/:id{.+}/span", async (c) => {
+  api.put("/models/:id/span", async (c) => {
     const span = await setModelSpan(
       store,
       c.get("principal"),
@@ -151,7 +151,7 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
     );
     return c.json({ ...span, instance: `rpc:${span.id}` });
   });
-  api.delete("/models/:id{.+}/span", async (c) => {
+  api.delete("/models/:id/span", async (c) => {
     await removeModelSpan(store, c.get("principal"), c.req.param("id"));
     return c.json({ model: c.req.param("id"), removed: true });
   });
