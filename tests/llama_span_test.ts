@@ -254,6 +254,12 @@ Deno.test({
       }
     })();
     const end = await ended;
+    if (Deno.env.get("SPAN_MEASURE")) {
+      // deno-lint-ignore no-console -- the measured figure README quotes
+      console.error(
+        `span: the stream's error came ${end.at - killedAt} ms after the kill`,
+      );
+    }
     assert.ok(killedAt > 0, "the stream started before the worker was killed");
     assert.ok(
       end.error,
