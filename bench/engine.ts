@@ -11,7 +11,11 @@
  *    concurrent streams, aggregate tokens/s, and the TTFT of a ~1,500-token
  *    system prompt cold, reused from the prefix cache, and a different one;
  * 3. the bare loop's decode-step p50/p99 at batch 1 and 4 as the floor for
- *    those gaps (4 streams share each decode step).
+ *    those gaps (4 streams share each decode step);
+ * 4. a span (bench/_engine_span.ts): decode tokens/s local, split with a
+ *    loopback ggml-rpc-server worker, and all layers on it, and the
+ *    per-token cost of crossing to a worker (`--span-worker host:port`
+ *    names a worker on another Mac instead, for the RDMA figure).
  *
  * Targets (a "targets" block ends the output): engine ≥ 0.95 × bare loop and
  * ≥ node-llama-cpp; client single stream ≥ 0.95 × bare loop; 4 streams ≥
@@ -27,6 +31,7 @@ import { log } from "../lib/log.ts";
 import { sseData } from "../lib/sse.ts";
 import { createLlamaEngine, type LlamaEngine } from "../node/llama/engine.ts";
 import { writeFixtureModel } from "../tools/fixture_model.ts";
+import { spanBench } from "./_engine_span.ts";
 import type { Lockstep } from "./engine_baselines.ts";
 import {
   mid,
@@ -46,6 +51,7 @@ const { values } = parseArgs({
     tokens: { type: "string" },
     rounds: { type: "string" },
     threads: { type: "string" },
+    "span-worker": { type: "string" },
   },
 });
 const TOKENS = Number(values.tokens ?? 200);
@@ -203,6 +209,7 @@ try {
       }   ${ok ? "PASS" : "MISS"}`,
     );
   }
+  await spanBench(model, THREADS, TOKENS, values["span-worker"]);
   console.log(
     `  (cold: the different prompt of the same length; ran in ${
       ((performance.now() - began) / 1000).toFixed(0)

@@ -20,8 +20,10 @@ import { modelsView } from "../store/model_overview.ts";
 import {
   addPlacementRule,
   getModelAliases,
+  removeModelSpan,
   removePlacementRule,
   setModelAlias,
+  setModelSpan,
   setNodePlacement,
 } from "../store/placement.ts";
 import { requirePlatform } from "../store/principal.ts";
@@ -147,6 +149,20 @@ export function createNodesAdminApi(deps: NodesAdminDeps): Hono<AdminEnv> {
         await readJsonBody(c, MAX_BODY),
       ),
     ));
+  // A model across several nodes (head first): ggml RPC, instance rpc:<id>
+  api.put("/models/:id/span", async (c) => {
+    const span = await setModelSpan(
+      store,
+      c.get("principal"),
+      c.req.param("id"),
+      await readJsonBody(c, MAX_BODY),
+    );
+    return c.json({ ...span, instance: `rpc:${span.id}` });
+  });
+  api.delete("/models/:id/span", async (c) => {
+    await removeModelSpan(store, c.get("principal"), c.req.param("id"));
+    return c.json({ model: c.req.param("id"), removed: true });
+  });
   api.post("/placement/rules", async (c) =>
     c.json(
       await addPlacementRule(

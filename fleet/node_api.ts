@@ -90,15 +90,15 @@ export function createNodeFacingApi(deps: NodeApiDeps): Hono {
     if (typeof body.url === "string") {
       body.url = validateNodeUrl(body.url, config.allowPrivateNodeUrls);
     }
-    const { drain, url, placement } = await recordHeartbeat(
+    const { drain, url, placement, span } = await recordHeartbeat(
       store,
       nodeId,
       body,
     );
     const reachability = deps.reachability?.observe(nodeId, url);
     const res: HeartbeatResponse = reachability
-      ? { drain, reachability, placement }
-      : { drain, placement };
+      ? { drain, reachability, placement, span }
+      : { drain, placement, span };
     return c.json(res);
   });
   return api;

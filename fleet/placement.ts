@@ -10,7 +10,11 @@
  * sends back with its next heartbeat) is in protocol/placement.ts.
  */
 import type { EngineKind } from "../protocol/engine.ts";
-import type { PlacedModel } from "../protocol/placement.ts";
+import {
+  type PlacedModel,
+  rpcInstanceId,
+  type SpanAssignment,
+} from "../protocol/placement.ts";
 
 /** The facts a rule can test, as the node reports them. */
 export interface NodeFacts {
@@ -35,10 +39,24 @@ export interface PlacementRule {
   arch?: string;
 }
 
-/** The operator's placement: entries per node id, and rules. */
+/**
+ * One model spanning several nodes: the head loads it across its own memory
+ * and the workers' (ggml RPC); its instance id is `rpc:<id>`.
+ */
+export interface SpanPlacement {
+  id: string;
+  model: string;
+  /** Head first, then the workers in layer order. */
+  nodes: string[];
+  /** Share of the layers per node, in `nodes` order (absent: by free memory). */
+  split?: number[];
+}
+
+/** The operator's placement: entries per node id, rules, and spanning placements. */
 export interface Placement {
   nodes: Record<string, PlacedModel[]>;
   rules: PlacementRule[];
+  spans?: SpanPlacement[];
 }
 
 /** An empty placement (every node serves whatever it has, as before). */
@@ -96,5 +114,100 @@ export function factsOf(
       : null,
     os: typeof probe?.os === "string" ? probe.os : null,
     arch: typeof probe?.arch === "string" ? probe.arch : null,
+  };
+}
+
+/** What the gateway knows of a span member when it answers a heartbeat. */
+export interface SpanMemberView {
+  /** Whether the node's heartbeat is fresh (it is online). */
+  online: boolean;
+  /** The RPC endpoint the node reports for the instance (workers), if any. */
+  endpoint: string | null;
+  /** The address its URL advertises (host only). */
+  urlHost: string | null;
+}
+
+/** A link test between two nodes, as the gateway stored it (a listened, b connected). */
+export interface LinkView {
+  a: string;
+  b: string;
+  ok: boolean;
+  result: unknown;
+}
+
+/**
+ * The head-facing side of the link between `head` and `worker`: the
+ * worker's address on that link and whether the link test ran over RDMA,
+ * from the newest passing link test of the pair; null when none passed.
+ */
+export function linkBetween(
+  head: string,
+  worker: string,
+  links: LinkView[],
+): { workerAddress: string | null; transport: "rdma" | "tcp" } | null {
+  for (const l of links) {
+    if (!l.ok) continue;
+    if (
+      !((l.a === head && l.b === worker) || (l.a === worker && l.b === head))
+    ) {
+      continue;
+    }
+    const r = (l.result ?? {}) as Record<string, unknown>;
+    const side = (k: string) => (r[k] ?? {}) as Record<string, unknown>;
+    // the connector (b) reports its own address as local, the listener's as peer
+    const addr = l.b === worker ? side("local").address : side("peer").address;
+    return {
+      workerAddress: typeof addr === "string" && addr ? addr : null,
+      // the link test names the RDMA mode (`rdma-uc`, …)
+      transport: String(r.transport ?? "").startsWith("rdma") ? "rdma" : "tcp",
+    };
+  }
+  return null;
+}
+
+/**
+ * A node's part in the spanning placements (the first that names it), or
+ * null. A worker is told to listen only while the head is online; the head
+ * gets each worker's endpoint once the worker reports it.
+ */
+export function spanAssignment(
+  placement: Placement,
+  nodeId: string,
+  view: (nodeId: string) => SpanMemberView,
+  links: LinkView[],
+): SpanAssignment | null {
+  const span = (placement.spans ?? []).find((s) => s.nodes.includes(nodeId));
+  if (!span) return null;
+  const head = span.nodes[0]!;
+  const base = {
+    instance: rpcInstanceId(span.id),
+    model: span.model,
+    members: [...span.nodes],
+  };
+  if (nodeId === head) {
+    return {
+      ...base,
+      role: "head",
+      split: span.split ?? null,
+      workers: span.nodes.slice(1).map((w) => {
+        const v = view(w);
+        return {
+          nodeId: w,
+          endpoint: v.online ? v.endpoint : null,
+          transport: linkBetween(head, w, links)?.transport ?? "tcp",
+        };
+      }),
+    };
+  }
+  if (!view(head).online) return null; // the head went away: stop listening
+  const link = linkBetween(head, nodeId, links);
+  const bind = link?.workerAddress ?? view(nodeId).urlHost;
+  if (!bind) return null;
+  return {
+    ...base,
+    role: "worker",
+    head,
+    bind,
+    transport: link?.transport ?? "tcp",
   };
 }

@@ -31,7 +31,7 @@ import type {
   EngineStats,
   TokenCount,
 } from "../protocol/engine.ts";
-import type { PlacedModel } from "../protocol/placement.ts";
+import type { PlacedModel, SpanAssignment } from "../protocol/placement.ts";
 
 /** A loosely typed OpenAI request body, already parsed from JSON. */
 export type OpenAIBody = Record<string, unknown>;
@@ -67,6 +67,14 @@ export interface Engine {
    * Called with every heartbeat answer: cheap when nothing changed.
    */
   place?(desired: PlacedModel[] | null): void;
+  /**
+   * Applies this node's part in a spanning placement (null: none): a
+   * worker runs ggml's RPC server for the head, a head loads the model
+   * across the workers (llama engine only; node/llama/rpc_server.ts).
+   * Called with every heartbeat answer, and with null when the gateway has
+   * not answered for a while: cheap when nothing changed.
+   */
+  span?(assignment: SpanAssignment | null, nodeId: string): void;
   /**
    * What the engine adds to the node's hardware probe (top-level keys), as
    * the gateway shows it on /nodes: the llama engine reports which llama.cpp

@@ -242,9 +242,11 @@ export async function startNodeWorker(
   }
   let heartbeat: ReturnType<typeof startHeartbeat> | null = null;
   let closed = false;
+  let stopWatchdog = () => {};
   const close = async () => {
     if (closed) return;
     closed = true;
+    stopWatchdog();
     await heartbeat?.stop();
     await server.shutdown();
     await engine.close();
@@ -288,6 +290,29 @@ export async function startNodeWorker(
       engine.place?.(desired);
     };
 
+    /** Whether the node is a span's worker now (its RPC server runs). */
+    let lending = false;
+    let lastAnswer = Date.now();
+    const spanned = (r: HeartbeatResponse | null, id: string) => {
+      lastAnswer = Date.now();
+      const a = r?.span ?? null;
+      lending = a?.role === "worker";
+      engine.span?.(a, id);
+    };
+    // a worker whose gateway stops answering stops lending its memory: the
+    // head may be gone, and nobody could tell it to stop
+    const lostAfter = Math.max(10_000, heartbeatMs * 5);
+    const watchdog = setInterval(() => {
+      if (!lending || Date.now() - lastAnswer < lostAfter) return;
+      log.warn("no answer from the gateway; stopping the RPC server", {
+        ms: Date.now() - lastAnswer,
+      });
+      lending = false;
+      engine.span?.(null, enrollment?.nodeId ?? "");
+    }, Math.min(lostAfter, 2_000));
+    Deno.unrefTimer(watchdog);
+    stopWatchdog = () => clearInterval(watchdog);
+
     const reached = (r: HeartbeatResponse | null) => {
       if (r?.reachability) {
         opts.onReachability?.(r.reachability, server.addr.port);
@@ -314,6 +339,7 @@ export async function startNodeWorker(
       } else {
         reached(res.body as HeartbeatResponse | null);
         placed(res.body as HeartbeatResponse | null);
+        spanned(res.body as HeartbeatResponse | null, enrollment.nodeId);
       }
     }
     if (!enrollment) {
@@ -369,6 +395,7 @@ export async function startNodeWorker(
         drain.set(r?.drain === true);
         reached(r);
         placed(r);
+        spanned(r, nodeId);
       },
       // removed (or unknown): stop at once rather than knock every beat
       onRejected: (_s, msg) => {

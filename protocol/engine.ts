@@ -84,6 +84,12 @@ export interface EngineModel {
    * Absent: the model runs on this node alone.
    */
   instance?: SpanningInstance;
+  /**
+   * What loading it takes, bytes (llama: the GGUF's weights, and the KV
+   * cache of every slot at its context): the gateway refuses a spanning
+   * placement whose members' free memory cannot hold both.
+   */
+  needs?: { weightsBytes: number; kvBytes: number };
 }
 
 /** How a spanning instance is built: ggml RPC (an Orchard head and workers), or an Exo cluster. */

@@ -4,7 +4,11 @@
  * import it, so a change is one edit.
  */
 import type { EngineKind, EngineModel, EngineStats } from "./engine.ts";
-import type { PlacedModel, PlacementReport } from "./placement.ts";
+import type {
+  PlacedModel,
+  PlacementReport,
+  SpanAssignment,
+} from "./placement.ts";
 
 /** Where the gateway mounts the node-facing API. */
 export const NODE_API_PATH = "/api/node/v1";
@@ -75,4 +79,9 @@ export interface HeartbeatResponse {
    * whatever the engine has.
    */
   placement?: PlacedModel[] | null;
+  /**
+   * The node's part in a spanning placement (head or worker of an RPC
+   * split); null or absent: none, and a worker stops its RPC server.
+   */
+  span?: SpanAssignment | null;
 }

@@ -72,3 +72,47 @@ export function placementReport(
   }
   return { desired, missing, notLoaded, extra, errors, mismatch };
 }
+
+/** The instance id of an RPC span placement: `rpc:<placement id>`. */
+export function rpcInstanceId(spanId: string): string {
+  return `rpc:${spanId}`;
+}
+
+/** A worker the head loads across: its RPC server, once it listens. */
+export interface SpanWorker {
+  nodeId: string;
+  /** `host:port` of its ggml-rpc-server; null until the worker reports it listening. */
+  endpoint: string | null;
+  /** RDMA where the link test between head and worker passed over RDMA, else TCP. */
+  transport: "rdma" | "tcp";
+}
+
+/**
+ * A node's part in a spanning placement (one model loaded by a head across
+ * its own memory and its workers' through ggml RPC), in the heartbeat
+ * answer. A node takes part in at most one at a time.
+ */
+export type SpanAssignment =
+  & {
+    /** `rpc:<placement id>` (rpcInstanceId). */
+    instance: string;
+    model: string;
+    /** Every member's node id, head first. */
+    members: string[];
+  }
+  & (
+    | {
+      role: "head";
+      /** The workers in order; the head loads once every endpoint is known. */
+      workers: SpanWorker[];
+      /** Share of the layers per member, head first (null: by free memory). */
+      split: number[] | null;
+    }
+    | {
+      role: "worker";
+      head: string;
+      /** The address the RPC server binds to: the one facing the head. */
+      bind: string;
+      transport: "rdma" | "tcp";
+    }
+  );

@@ -14,8 +14,10 @@ import { ServiceError } from "../store/errors.ts";
 import { type ModelsView, modelsView } from "../store/model_overview.ts";
 import {
   addPlacementRule,
+  removeModelSpan,
   removePlacementRule,
   setModelAlias,
+  setModelSpan,
   setNodePlacement,
 } from "../store/placement.ts";
 import { requirePlatform } from "../store/principal.ts";
@@ -201,6 +203,67 @@ function placementCard(v: ModelsView, csrf: string) {
   );
 }
 
+/** Models placed across several nodes (ggml RPC): the list and the form. */
+function spansCard(v: ModelsView, csrf: string) {
+  const spans = v.placement.spans ?? [];
+  const name = (id: string) => v.nodes.find((n) => n.id === id)?.name ?? id;
+  return (
+    <Card title="Across several nodes" id="spans">
+      <p class="muted">
+        A model too big for one node: the head (it needs the model's file) loads
+        it across its own memory and the workers' through llama.cpp's RPC
+        backend, and serves every request; the workers lend their memory only
+        while placed. The gateway refuses nodes whose free memory cannot hold
+        the weights and the KV cache.
+      </p>
+      <Table
+        head={["Model", "Instance", "Head", "Workers", "Split", ""]}
+        rows={spans.length}
+        empty="No model spans several nodes."
+      >
+        {spans.map((sp) => (
+          <tr key={sp.id} data-span={sp.model}>
+            <td class="mono">{sp.model}</td>
+            <td class="mono">rpc:{sp.id}</td>
+            <td>{name(sp.nodes[0]!)}</td>
+            <td>{sp.nodes.slice(1).map(name).join(", ")}</td>
+            <td>{sp.split ? sp.split.join(" : ") : "by free memory"}</td>
+            <td>
+              <PostForm action="/models/spans/remove" csrf={csrf}>
+                <input type="hidden" name="model" value={sp.model} />
+                <button type="submit" class="small">Remove</button>
+              </PostForm>
+            </td>
+          </tr>
+        ))}
+      </Table>
+      <PostForm action="/models/spans" csrf={csrf} class="row">
+        <input name="model" aria-label="Span model" placeholder="model id" />
+        <select name="head" aria-label="Head node">
+          <option value="">head node</option>
+          {v.nodes.map((n) => <option key={n.id} value={n.id}>{n.name}
+          </option>)}
+        </select>
+        <select
+          name="workers"
+          multiple
+          aria-label="Worker nodes"
+          size={Math.min(4, Math.max(2, v.nodes.length))}
+        >
+          {v.nodes.map((n) => <option key={n.id} value={n.id}>{n.name}
+          </option>)}
+        </select>
+        <input
+          name="split"
+          aria-label="Split"
+          placeholder="split, e.g. 2,1 (optional)"
+        />
+        <button type="submit" class="small">Place across</button>
+      </PostForm>
+    </Card>
+  );
+}
+
 function aliasesCard(v: ModelsView, csrf: string) {
   const list = Object.entries(v.aliases).sort(([a], [b]) => a < b ? -1 : 1);
   return (
@@ -264,6 +327,7 @@ async function view(c: C, flash: Flash = {}, error?: string) {
       <Card>{modelsTable(v)}</Card>
       <InstancesCard instances={instances} />
       {placementCard(v, csrf)}
+      {spansCard(v, csrf)}
       {aliasesCard(v, csrf)}
     </>,
     error ? 400 : 200,
@@ -337,6 +401,39 @@ export function createModelsPages(deps: Pick<FleetPagesDeps, "fleet">) {
           c.req.param("id")!,
         );
         return "Rule removed.";
+      }),
+    )
+    .get("/spans", toPage("spans"))
+    .post("/spans", async (c) => {
+      // several workers: a multiple select sends the field once per choice
+      const raw = await c.req.parseBody({ all: true });
+      const workers = [raw.workers ?? []].flat().map((w) => str(w));
+      return await act("spans", async (c, b) => {
+        const split = ids(b.split ?? "").map(Number);
+        await setModelSpan(
+          c.get("deps").store,
+          c.get("principal")!,
+          b.model ?? "",
+          {
+            nodes: [b.head ?? "", ...workers].filter(Boolean),
+            ...(split.length ? { split } : {}),
+          },
+        );
+        return `${b.model} placed across ${
+          1 + workers.length
+        } nodes; the head loads it once every worker listens.`;
+      })(c);
+    })
+    .get("/spans/remove", toPage("spans"))
+    .post(
+      "/spans/remove",
+      act("spans", async (c, b) => {
+        await removeModelSpan(
+          c.get("deps").store,
+          c.get("principal")!,
+          b.model ?? "",
+        );
+        return `${b.model} no longer spans several nodes.`;
       }),
     )
     .get("/aliases", toPage("aliases"))

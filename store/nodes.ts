@@ -8,10 +8,18 @@ import { jwkThumbprint } from "../lib/jwt.ts";
 import {
   desiredModels,
   factsOf,
+  type LinkView,
   NO_PLACEMENT,
   type Placement,
+  spanAssignment,
+  type SpanMemberView,
 } from "../fleet/placement.ts";
-import type { PlacedModel, PlacementReport } from "../protocol/placement.ts";
+import {
+  type PlacedModel,
+  type PlacementReport,
+  rpcInstanceId,
+  type SpanAssignment,
+} from "../protocol/placement.ts";
 import type { Reachability } from "../protocol/node_messages.ts";
 import {
   ENGINE_KINDS,
@@ -103,12 +111,12 @@ const modelSchema = z.object({
   }).optional(),
   servable: z.literal(false).optional(),
   instance: z.object({
-    id: z.string().min(1).max(200),
+    id: z.string().min(1).max(300),
     kind: z.enum(INSTANCE_KINDS),
     members: z.array(z.object({
       nodeId: z.string().min(1).max(100).optional(),
       exoNodeId: z.string().min(1).max(200).optional(),
-      addresses: z.array(z.string().min(1).max(100)).max(16).optional(),
+      addresses: z.array(z.string().min(1).max(200)).max(16).optional(),
       hostname: z.string().min(1).max(255).optional(),
       role: z.enum(["head", "worker"]).optional(),
       memoryBytes: z.number().min(0).max(1e15).optional(),
@@ -118,6 +126,10 @@ const modelSchema = z.object({
     serves: z.boolean(),
     state: z.enum(INSTANCE_STATES),
     detail: z.string().max(500).optional(),
+  }).optional(),
+  needs: z.object({
+    weightsBytes: z.number().min(0),
+    kvBytes: z.number().min(0),
   }).optional(),
 });
 const models = z.array(modelSchema).max(256);
@@ -255,7 +267,14 @@ export async function recordHeartbeat(
   store: Store,
   nodeId: string,
   input: unknown,
-): Promise<{ drain: boolean; url: string; placement: PlacedModel[] | null }> {
+): Promise<
+  {
+    drain: boolean;
+    url: string;
+    placement: PlacedModel[] | null;
+    span: SpanAssignment | null;
+  }
+> {
   const hb = parse(heartbeatSchema, input);
   const status: NodeStatus = {
     at: new Date().toISOString(),
@@ -291,6 +310,12 @@ export async function recordHeartbeat(
       nodeId,
       facts,
     );
+    const span = await spanOf(
+      store,
+      placed.value ?? NO_PLACEMENT,
+      nodeId,
+      status,
+    );
     const op = store.kv.atomic().check(entry).set(k.nodeStatus(nodeId), status);
     if (hb.probe) op.set(k.nodeProbe(nodeId), hb.probe);
     const url = hb.url ?? entry.value.url;
@@ -298,10 +323,79 @@ export async function recordHeartbeat(
       op.set(k.node(nodeId), { ...entry.value, url });
     }
     if ((await op.commit()).ok) {
-      return { drain: entry.value.drain, url, placement };
+      return { drain: entry.value.drain, url, placement, span };
     }
   }
   throw new ConflictError("Node changed concurrently; try again");
+}
+
+/**
+ * A node's part in a spanning placement (fleet/placement.ts
+ * spanAssignment), from its members' last heartbeats and link tests.
+ */
+async function spanOf(
+  store: Store,
+  placement: Placement,
+  nodeId: string,
+  own: NodeStatus,
+): Promise<SpanAssignment | null> {
+  const span = (placement.spans ?? []).find((s) => s.nodes.includes(nodeId));
+  if (!span) return null;
+  const others = span.nodes.filter((n) => n !== nodeId);
+  const got = await store.kv.getMany<(NodeRecord | NodeStatus)[]>(
+    others.flatMap((n) => [k.node(n), k.nodeStatus(n)]),
+  );
+  const views = new Map<string, SpanMemberView>();
+  const instance = rpcInstanceId(span.id);
+  const viewOf = (
+    id: string,
+    rec: NodeRecord | null,
+    st: NodeStatus | null,
+  ): SpanMemberView => {
+    const m = st?.models.find((x) => x.instance?.id === instance);
+    const me = m?.instance?.members.find((x) => x.nodeId === id);
+    let urlHost: string | null = null;
+    try {
+      urlHost = rec ? new URL(rec.url).hostname.replace(/^\[|\]$/g, "") : null;
+    } catch { /* not a URL */ }
+    return {
+      online: !!rec && isOnline(st),
+      endpoint: m?.instance?.state === "ready"
+        ? me?.addresses?.[0] ?? null
+        : null,
+      urlHost,
+    };
+  };
+  others.forEach((id, i) => {
+    views.set(
+      id,
+      viewOf(
+        id,
+        got[2 * i]!.value as NodeRecord | null,
+        got[2 * i + 1]!.value as NodeStatus | null,
+      ),
+    );
+  });
+  const self = (await store.kv.get<NodeRecord>(k.node(nodeId))).value;
+  views.set(nodeId, viewOf(nodeId, self, own));
+  const links: LinkView[] = [];
+  for (const other of others) {
+    for (const [a, b] of [[nodeId, other], [other, nodeId]]) {
+      const l = (await store.kv.get<LinkTestRecord>(k.linkTest(a!, b!))).value;
+      if (l) links.push(l);
+    }
+  }
+  links.sort((x, y) =>
+    ((y as LinkTestRecord).at ?? "").localeCompare(
+      (x as LinkTestRecord).at ?? "",
+    )
+  );
+  return spanAssignment(
+    placement,
+    nodeId,
+    (id) => views.get(id) ?? { online: false, endpoint: null, urlHost: null },
+    links,
+  );
 }
 
 /** A node with its status, probe and computed state, as admins see it. */

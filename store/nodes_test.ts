@@ -97,12 +97,14 @@ Deno.test("enrollNode() consumes the token with the node; a key enrolls once; he
     drain: false,
     url: node.url,
     placement: null,
+    span: null,
   });
   await setNodeDrain(store, SYSTEM, node.id, true);
   assert.deepEqual(await recordHeartbeat(store, node.id, hb), {
     drain: true,
     url: node.url,
     placement: null,
+    span: null,
   });
   await assert.rejects(
     () => recordHeartbeat(store, "missing", hb),

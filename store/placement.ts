@@ -11,7 +11,9 @@ import {
   NO_PLACEMENT,
   type Placement,
   type PlacementRule,
+  type SpanPlacement,
 } from "../fleet/placement.ts";
+import type { EngineModel } from "../protocol/engine.ts";
 import { ENGINE_KINDS } from "../protocol/engine.ts";
 import type { PlacedModel } from "../protocol/placement.ts";
 import { addAudit } from "./audit.ts";
@@ -48,6 +50,25 @@ export const ruleSchema = z.object({
   os: z.string().trim().min(1).max(40).optional(),
   arch: z.string().trim().min(1).max(40).optional(),
 }).strict();
+
+/** The body of `PUT /models/{id}/span`. */
+export const spanSchema = z.object({
+  nodes: z.array(z.string().min(1).max(64), {
+    error: "must list the nodes: head first, then the workers",
+  }).min(2, "must list at least two nodes: a head and a worker").max(
+    16,
+    "at most 16 nodes",
+  ).refine((n) => new Set(n).size === n.length, "must not repeat a node"),
+  split: z.array(z.number().min(0).max(1e6)).optional(),
+}).strict().refine(
+  (v) =>
+    !v.split ||
+    (v.split.length === v.nodes.length && v.split.some((x) => x > 0)),
+  {
+    message: "must give one share per node, not all zero",
+    path: ["split"],
+  },
+);
 
 /** The body of `PUT /model-aliases/{alias}`. */
 export const aliasSchema = z.object({ model: modelId }).strict();
@@ -163,6 +184,119 @@ export async function removePlacementRule(
   );
 }
 
+const GiB = 2 ** 30;
+const gib = (b: number) => `${(b / GiB).toFixed(2)} GiB`;
+
+/**
+ * Places a model across several nodes (head first, then workers): the head
+ * loads it across its memory and the workers' through ggml RPC, as the
+ * instance `rpc:<span id>`. Replaces the model's span; a node takes part in
+ * one span at a time. Refused (409) when the head does not have the model,
+ * or the members' free memory (last heartbeats) cannot hold its weights
+ * and KV cache, saying how much is missing. Platform admins only, audited.
+ */
+export async function setModelSpan(
+  store: Store,
+  p: Principal,
+  model: string,
+  input: unknown,
+): Promise<SpanPlacement> {
+  requirePlatform(p);
+  const id = parse(modelId, model);
+  const data = parse(spanSchema, input);
+  const recs = await store.kv.getMany<({ name: string } | NodeStatusLike)[]>(
+    data.nodes.flatMap((n) => [k.node(n), k.nodeStatus(n)]),
+  );
+  let free = 0;
+  const unknown: string[] = [];
+  for (let i = 0; i < data.nodes.length; i++) {
+    if (!recs[2 * i]!.value) unknown.push(data.nodes[i]!);
+    const st = recs[2 * i + 1]!.value as NodeStatusLike | null;
+    free += Math.max(0, st?.memory?.freeBytes ?? 0);
+  }
+  if (unknown.length) {
+    throw new NotFoundError(`Node ${unknown.join(", ")}`);
+  }
+  const head = recs[1]!.value as NodeStatusLike | null;
+  const m = head?.models.find((x) => x.id === id || x.aliases?.includes(id));
+  if (!m) {
+    throw new ConflictError(
+      `The head node ${
+        data.nodes[0]
+      } does not have the model ${id}; the head needs its file (workers do not)`,
+      "nodes",
+    );
+  }
+  if (m.needs) {
+    const need = m.needs.weightsBytes + m.needs.kvBytes;
+    if (free < need) {
+      throw new ConflictError(
+        `These nodes cannot hold ${id}: it needs ${gib(need)} (weights ${
+          gib(m.needs.weightsBytes)
+        } + KV cache ${gib(m.needs.kvBytes)}), their free memory is ${
+          gib(free)
+        }: ${gib(need - free)} missing`,
+        "nodes",
+      );
+    }
+  }
+  const span: SpanPlacement = {
+    id: newId(),
+    model: m.id,
+    nodes: data.nodes,
+    ...(data.split ? { split: data.split } : {}),
+  };
+  await updatePlacement(
+    store,
+    p,
+    "placement.span.set",
+    { type: "model", id: m.id, label: data.nodes.join(",") },
+    (cur) => {
+      const others = (cur.spans ?? []).filter((s) => s.model !== m.id);
+      const taken = others.find((s) =>
+        s.nodes.some((n) => data.nodes.includes(n))
+      );
+      if (taken) {
+        throw new ConflictError(
+          `Node ${
+            taken.nodes.find((n) => data.nodes.includes(n))
+          } already takes part in ${taken.model}'s span (rpc:${taken.id}); a node serves one span at a time`,
+          "nodes",
+        );
+      }
+      return { ...cur, spans: [...others, span] };
+    },
+  );
+  return span;
+}
+
+/** Removes a model's span; 404 when it has none. Platform admins only, audited. */
+export async function removeModelSpan(
+  store: Store,
+  p: Principal,
+  model: string,
+): Promise<void> {
+  const id = parse(modelId, model);
+  await updatePlacement(
+    store,
+    p,
+    "placement.span.remove",
+    { type: "model", id },
+    (cur) => {
+      if (!(cur.spans ?? []).some((s) => s.model === id)) {
+        throw new NotFoundError("Span placement");
+      }
+      return { ...cur, spans: (cur.spans ?? []).filter((s) => s.model !== id) };
+    },
+  );
+}
+
+/** The parts of a node's last heartbeat a span placement reads. */
+interface NodeStatusLike {
+  memory: { totalBytes: number; freeBytes: number } | null;
+  models: EngineModel[];
+}
+
 /** Drops a removed node's entries (called with its removal). */
 export async function forgetNodePlacement(
   store: Store,
@@ -170,14 +304,17 @@ export async function forgetNodePlacement(
   nodeId: string,
 ): Promise<void> {
   const cur = await getPlacement(store);
-  if (!cur.nodes[nodeId]) return;
+  const spanned = (cur.spans ?? []).some((s) => s.nodes.includes(nodeId));
+  if (!cur.nodes[nodeId] && !spanned) return;
   await updatePlacement(store, p, "placement.node", {
     type: "node",
     id: nodeId,
   }, (c) => {
     const nodes = { ...c.nodes };
     delete nodes[nodeId];
-    return { ...c, nodes };
+    // a span without one of its nodes cannot load: it goes too
+    const spans = (c.spans ?? []).filter((s) => !s.nodes.includes(nodeId));
+    return { ...c, nodes, ...(c.spans ? { spans } : {}) };
   });
 }
 

@@ -148,6 +148,35 @@ Deno.test("fleet pages: nodes, live events, drain, join token command, models an
     const models = await (await get("/models")).text();
     assert.match(models, /data-model="tiny"/);
     assert.match(models, /mac-b/);
+    assert.match(models, /id="spans"/);
+
+    // a model across several nodes, from the form: refused saying why, then
+    // placed (audited), listed and removed
+    const badSpan = await post("/models/spans", { model: "tiny", head: a.id });
+    assert.equal(badSpan.status, 400);
+    assert.match(await badSpan.text(), /at least two nodes/);
+    const spanned = await post("/models/spans", {
+      model: "tiny",
+      head: a.id,
+      workers: b.id,
+      split: "2, 1",
+    });
+    assert.equal(spanned.status, 303);
+    assert.equal(spanned.headers.get("location"), "/models#spans");
+    const spans = await (await flashed(spanned, "/models")).text();
+    assert.match(spans, /data-span="tiny"/);
+    assert.match(spans, /placed across 2 nodes/);
+    assert.match(spans, /2 : 1/);
+    const unspanned = await post("/models/spans/remove", { model: "tiny" });
+    assert.equal(unspanned.status, 303);
+    assert.doesNotMatch(
+      await (await get("/models")).text(),
+      /data-span="tiny"/,
+    );
+    const spanAudit = await listAudit(w.kv, SYSTEM, {});
+    assert.ok(
+      spanAudit.items.some((e) => e.action === "placement.span.set"),
+    );
 
     await saveLinkTest(w.store, SYSTEM, {
       a: a.id,

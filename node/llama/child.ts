@@ -27,12 +27,15 @@
  * Protocol: JSON lines, see protocol.ts.
  */
 import { ContextLengthError } from "../../protocol/openai/errors.ts";
-import { openLlama } from "./ffi.ts";
+import { type Llama, openLlama } from "./ffi.ts";
+import { openRpc, planSplit } from "./rpc.ts";
 import { InputError, LoadedLlama } from "./model.ts";
 import type {
   ChildEvent,
   ChildRequest,
   FinishReason,
+  LoadedModel,
+  RpcLoad,
   SamplingParams,
   TokenLogprob,
 } from "./protocol.ts";
@@ -582,7 +585,12 @@ async function main() {
   const load = first.done ? null : JSON.parse(first.value) as ChildRequest;
   if (load?.op !== "load") throw new Error("expected a load request first");
   const llama = openLlama();
-  model = await LoadedLlama.load(llama, load);
+  let rpcFacts: LoadedModel["rpc"];
+  if (load.rpc) {
+    const spread = await rpcSpread(llama, load.rpc);
+    rpcFacts = spread.facts;
+    model = await LoadedLlama.load(llama, { ...load, ...spread.options });
+  } else model = await LoadedLlama.load(llama, load);
   slots = new SlotCache(load.slots);
   slotCount = load.slots;
   prefixes = new PrefixStore(
@@ -599,12 +607,75 @@ async function main() {
       hasTemplate: model.template !== null,
       threads: load.threads,
       batch: load.batch,
+      ...(rpcFacts ? { rpc: rpcFacts } : {}),
     },
   });
   flush();
   pump();
   for await (const line of input) handle(JSON.parse(line) as ChildRequest);
   Deno.exit(0); // the engine closed our stdin
+}
+
+/**
+ * A span head's load across its workers' RPC servers: their devices after
+ * this machine's GPUs, the layers shared by the admin's split or by free
+ * memory (rpc.ts planSplit). With a GPU here the head's share goes to it
+ * through `tensor_split`; on a CPU-only head the first layers stay on the
+ * CPU (`n_gpu_layers` counts the offloaded ones) and the workers share the
+ * rest. ggml-rpc aborts this process if a worker is unreachable later on:
+ * the engine fails its requests and the head reports the instance degraded.
+ */
+async function rpcSpread(llama: Llama, r: RpcLoad) {
+  const rpc = openRpc(llama);
+  const remote = [];
+  for (const ep of r.endpoints) {
+    const devs = await rpc.devices(ep);
+    if (devs.length !== 1) {
+      throw new Error(
+        `Cannot use RPC server ${ep}: it offers ${devs.length} devices, expected one`,
+      );
+    }
+    remote.push(devs[0]!);
+  }
+  const gpus = rpc.localGpus();
+  const headFree = gpus.length
+    ? gpus.reduce((a, g) => a + g.freeBytes, 0)
+    : Deno.systemMemoryInfo().available;
+  const mem = remote.map((d) => d.memory());
+  const { shares, headLayers } = planSplit(
+    r.layers,
+    [headFree, ...mem.map((m) => m.freeBytes)],
+    r.split,
+  );
+  const workers = shares.slice(1);
+  const options = gpus.length
+    ? {
+      devices: [...gpus.map((g) => g.ptr), ...remote.map((d) => d.ptr)],
+      tensorSplit: [
+        ...gpus.map(() => shares[0]! / gpus.length),
+        ...workers,
+      ],
+    }
+    : {
+      devices: remote.map((d) => d.ptr),
+      // layers ≥ n_layer - n_gpu_layers are offloaded, the output layer
+      // too when every layer is: the head keeps the first headLayers
+      gpuLayers: headLayers === 0 ? -1 : r.layers - headLayers,
+      tensorSplit: workers,
+    };
+  return {
+    options,
+    facts: {
+      devices: remote.map((d, i) => ({
+        endpoint: d.endpoint,
+        name: d.name,
+        freeBytes: mem[i]!.freeBytes,
+        totalBytes: mem[i]!.totalBytes,
+      })),
+      split: shares,
+      headLayers,
+    },
+  };
 }
 
 /** `child.ts --check`: load the libraries, check the ABI, print one JSON line. */

@@ -17,7 +17,13 @@ import type {
   ReasoningFacts,
   TokenCount,
 } from "../../protocol/engine.ts";
-import type { PlacedModel } from "../../protocol/placement.ts";
+import type { PlacedModel, SpanAssignment } from "../../protocol/placement.ts";
+import type {
+  InstanceMember,
+  SpanningInstance,
+} from "../../protocol/engine.ts";
+import { rpcServerPath } from "./rpc.ts";
+import { RpcServerProcess } from "./rpc_server.ts";
 import { readLlamaManifest } from "../native/llama_build.ts";
 import { SlotLimiter, TokenMeter } from "../engines/_load.ts";
 import {
@@ -46,6 +52,7 @@ import {
   toolGrammarNote,
 } from "../../protocol/openai/output_controls.ts";
 import { checkLibraries, ModelProcess } from "./process.ts";
+import type { LoadedModel, RpcLoad } from "./protocol.ts";
 import {
   type GenerationRequest,
   parseChat,
@@ -101,6 +108,10 @@ interface Loaded {
   restarts: number;
   /** Times of recent crashes, for restart back-off. */
   crashes: number[];
+  /** The span layout the running process was loaded with (spanKey), if any. */
+  spanKey?: string | null;
+  /** What its process reported of the RPC split once loaded. */
+  spanLoaded?: LoadedModel["rpc"] | null;
   /** The GGUF's Jinja chat template, compiled (null: none, or one our renderer cannot parse). */
   template?: ChatTemplate | null;
 }
@@ -145,6 +156,13 @@ export class LlamaEngine implements Engine {
   #placeErrors = new Map<string, { error: string; at: number }>();
   /** Which llama.cpp `start` found. */
   #runtime: LlamaRuntime | null = null;
+  #libDir: string | null = null;
+  /** This node's part in a spanning placement (head or worker), and its id. */
+  #span: { a: SpanAssignment; nodeId: string } | null = null;
+  /** The worker role's RPC server, while placed as a worker. */
+  #rpcServer: RpcServerProcess | null = null;
+  #rpcStarting: Promise<void> | null = null;
+  #rpcError: string | null = null;
 
   constructor(o: LlamaEngineOptions) {
     const slots = o.slots ?? 4;
@@ -177,6 +195,7 @@ export class LlamaEngine implements Engine {
   async start(): Promise<void> {
     const lib = await checkLibraries();
     const built = lib.build === "built" ? readLlamaManifest(lib.libDir) : null;
+    this.#libDir = lib.libDir;
     this.#runtime = {
       build: built ? "built" : "prebuilt",
       version: lib.version,
@@ -235,9 +254,258 @@ export class LlamaEngine implements Engine {
         aliases: e.sidecar.aliases ?? [],
         ...this.#templateFacts(e),
         ...(this.#isPlaced(e.id) ? {} : { servable: false as const }),
+        needs: {
+          weightsBytes: e.size,
+          kvBytes: (e.facts.kvBytesPerToken ?? 0) * this.#contextOf(e) *
+            (e.sidecar.slots ?? this.#opts.slots),
+        },
       });
     }
-    return out;
+    return this.#withSpan(out);
+  }
+
+  /**
+   * Adds this node's spanning instance to its model list: the head's
+   * model (servable only once loaded across every worker), or the model a
+   * worker lends its memory to (never servable here).
+   */
+  #withSpan(models: EngineModel[]): EngineModel[] {
+    const span = this.#span;
+    if (!span) return models;
+    const { a, nodeId } = span;
+    const instance = this.#instance(a, nodeId);
+    const i = models.findIndex((m) => m.id === a.model);
+    if (a.role === "head") {
+      if (i < 0) return models; // reported as missing by the placement
+      const m = models[i]!;
+      models[i] = {
+        ...m,
+        instance,
+        ...(instance.state === "ready" ? {} : { servable: false as const }),
+      };
+      return models;
+    }
+    const entry: EngineModel = {
+      ...(i >= 0 ? models[i]! : { id: a.model, kind: "chat" as const }),
+      loaded: false,
+      servable: false,
+      instance,
+    };
+    if (i >= 0) models[i] = entry;
+    else models.push(entry);
+    return models;
+  }
+
+  /** The spanning instance as this node sees it. */
+  #instance(a: SpanAssignment, nodeId: string): SpanningInstance {
+    if (a.role === "worker") {
+      const srv = this.#rpcServer;
+      const ready = !!srv?.alive && !this.#rpcStarting;
+      return {
+        id: a.instance,
+        kind: "rpc",
+        serves: false,
+        state: ready ? "ready" : this.#rpcError ? "degraded" : "loading",
+        ...(this.#rpcError && !ready ? { detail: this.#rpcError } : {}),
+        members: [
+          { nodeId: a.head, role: "head" },
+          {
+            nodeId,
+            role: "worker",
+            transport: a.transport,
+            ...(ready ? { addresses: [srv!.endpoint] } : {}),
+          },
+        ],
+      };
+    }
+    const st = this.#state.get(a.model);
+    const key = spanKey(a);
+    const loaded = !!st?.proc?.alive && st.spanKey === key;
+    const waiting = a.workers.filter((w) => !w.endpoint).map((w) => w.nodeId);
+    const rpc = loaded ? st!.spanLoaded : null;
+    const members: InstanceMember[] = [
+      { nodeId, role: "head", transport: null },
+      ...a.workers.map((w, i) => ({
+        nodeId: w.nodeId,
+        role: "worker" as const,
+        transport: w.transport,
+        ...(w.endpoint ? { addresses: [w.endpoint] } : {}),
+        ...(rpc?.devices[i]
+          ? {
+            memoryBytes: Math.round(
+              st!.entry.size * (rpc.split[i + 1] ?? 0),
+            ),
+          }
+          : {}),
+      })),
+    ];
+    if (rpc) {
+      members[0]!.memoryBytes = Math.round(st!.entry.size * rpc.split[0]!);
+    }
+    const error = this.#placeErrors.get(a.model)?.error;
+    return {
+      id: a.instance,
+      kind: "rpc",
+      serves: true,
+      state: loaded
+        ? "ready"
+        : waiting.length || error
+        ? "degraded"
+        : "loading",
+      ...(waiting.length
+        ? { detail: `waiting for worker ${waiting.join(", ")}` }
+        : !loaded && error
+        ? { detail: error }
+        : {}),
+      members,
+    };
+  }
+
+  /**
+   * Applies this node's part in a spanning placement (the heartbeat
+   * answer's `span`; null: none). A worker runs its RPC server bound to
+   * the head-facing address, and stops it when the placement ends or the
+   * head goes away (the gateway then sends no span). A head loads the model
+   * across the workers once every worker listens, and unloads it when a
+   * worker goes away, so that requests fail at once instead of hanging on a
+   * dead connection.
+   */
+  span(a: SpanAssignment | null, nodeId: string): void {
+    if (this.#closed) return;
+    const prev = this.#span?.a ?? null;
+    this.#span = a ? { a, nodeId } : null;
+    if (a?.role === "worker") this.#worker(a);
+    else if (this.#rpcServer || this.#rpcStarting) this.#stopRpcServer();
+    if (a?.role !== "worker") this.#rpcError = null;
+    // the head: drop a process loaded for another layout (or none)
+    const model = a?.role === "head" ? a.model : null;
+    for (const st of this.#state.values()) {
+      if (!st.proc?.alive) continue;
+      if (st.entry.id === model) {
+        if (st.spanKey === spanKey(a!)) continue;
+      } else if (!st.spanKey) continue;
+      log.info("unloading a model loaded across workers", {
+        model: st.entry.id,
+        why: st.entry.id === model
+          ? "the workers changed"
+          : "the spanning placement ended",
+      });
+      st.proc.kill();
+      st.proc = null;
+    }
+    if (a?.role === "head" && a.workers.every((w) => w.endpoint)) {
+      const e = this.#catalog.get(a.model);
+      if (!e || e.error) return;
+      const st = this.#loaded(e);
+      if (st.proc?.alive || st.loading) return;
+      const failed = this.#placeErrors.get(a.model);
+      if (
+        failed && prev && spanKey(prev) === spanKey(a) &&
+        Date.now() - failed.at < PLACE_RETRY_MS
+      ) return;
+      log.info("loading a model across workers", {
+        model: a.model,
+        instance: a.instance,
+        workers: a.workers.map((w) => `${w.nodeId}@${w.endpoint}`),
+      });
+      this.#process(st).then(
+        () => this.#placeErrors.delete(a.model),
+        (err) =>
+          this.#placeErrors.set(a.model, {
+            error: String((err as Error).message ?? err).slice(0, 400),
+            at: Date.now(),
+          }),
+      );
+    }
+  }
+
+  /** Starts (or restarts) the worker role's RPC server for this assignment. */
+  #worker(a: Extract<SpanAssignment, { role: "worker" }>) {
+    const cur = this.#rpcServer;
+    const want = { instance: a.instance, bind: a.bind, transport: a.transport };
+    if (
+      cur && cur.alive && cur.spec.instance === want.instance &&
+      cur.spec.bind === want.bind && cur.spec.transport === want.transport
+    ) return;
+    if (this.#rpcStarting) return;
+    this.#rpcStarting = (async () => {
+      if (cur) await cur.stop();
+      this.#rpcServer = null;
+      const program = this.#libDir ? rpcServerPath(this.#libDir) : null;
+      if (!program) {
+        throw new Error(
+          "Cannot lend memory: this node's llama.cpp has no RPC server (the prebuilt package; run `deno task build:native`)",
+        );
+      }
+      const srv = RpcServerProcess.start(program, want, this.#opts.threads);
+      await srv.ready;
+      if (this.#span?.a.instance !== want.instance || this.#closed) {
+        await srv.stop();
+        return;
+      }
+      this.#rpcServer = srv;
+      this.#rpcError = null;
+    })().catch((err) => {
+      this.#rpcError = String((err as Error).message ?? err).slice(0, 400);
+      log.warn("RPC server failed", {
+        instance: a.instance,
+        error: this.#rpcError,
+      });
+    }).finally(() => this.#rpcStarting = null);
+  }
+
+  #stopRpcServer() {
+    const srv = this.#rpcServer;
+    this.#rpcServer = null;
+    const starting = this.#rpcStarting;
+    if (srv) {
+      log.info("stopping the RPC server", { instance: srv.spec.instance });
+      void srv.stop();
+    }
+    // one still starting sees the placement gone and stops itself
+    void starting;
+  }
+
+  /** The worker role's RPC server process id, or null when none runs. */
+  rpcServerPid(): number | null {
+    return this.#rpcServer?.alive ? this.#rpcServer.pid : null;
+  }
+
+  /** How the head loads `e` across its workers, or null when it is not a span head for it. */
+  #spanLoad(
+    e: CatalogEntry,
+  ): { rpc: RpcLoad; key: string; env: Record<string, string> } | null {
+    const a = this.#span?.a;
+    if (a?.role !== "head" || a.model !== e.id) return null;
+    const waiting = a.workers.filter((w) => !w.endpoint);
+    if (waiting.length) {
+      throw new OpenAIError(
+        503,
+        "model_unavailable",
+        `The model \`${e.id}\` spans other nodes; waiting for worker ${
+          waiting.map((w) => w.nodeId).join(", ")
+        }`,
+        { param: "model", headers: { "retry-after": "5" } },
+      );
+    }
+    return {
+      rpc: {
+        endpoints: a.workers.map((w) => w.endpoint!),
+        split: a.split,
+        layers: e.facts?.blockCount ?? 1,
+      },
+      key: spanKey(a),
+      // RDMA only where every worker's link test passed over it: ggml-rpc
+      // negotiates per connection but the switch is per process
+      // ggml aborts this process when a worker is lost: no gdb backtrace
+      // on the protocol pipe
+      env: {
+        GGML_NO_BACKTRACE: "1",
+        ...(a.workers.every((w) => w.transport === "rdma")
+          ? {}
+          : { GGML_RPC_NO_RDMA: "1" }),
+      },
+    };
   }
 
   chatCompletions(body: OpenAIBody, signal: AbortSignal): Promise<Response> {
@@ -379,7 +647,13 @@ export class LlamaEngine implements Engine {
       p !== null
     );
     for (const p of procs) p.kill();
-    await Promise.all(procs.map((p) => p.closed()));
+    const srv = this.#rpcServer;
+    this.#rpcServer = null;
+    await Promise.all([
+      ...procs.map((p) => p.closed()),
+      srv?.stop(),
+      this.#rpcStarting,
+    ]);
   }
 
   async #generate(
@@ -705,6 +979,7 @@ export class LlamaEngine implements Engine {
     if (st.proc?.alive) return st.proc;
     if (st.loading) return await st.loading;
     const e = st.entry;
+    const span = this.#spanLoad(e);
     st.loading = (async () => {
       const started = performance.now();
       const proc = ModelProcess.spawn({
@@ -714,6 +989,7 @@ export class LlamaEngine implements Engine {
         threads: this.#opts.threads,
         batch: 512,
         prefixCacheBytes: this.#prefixCacheBytes(),
+        ...(span ? { rpc: span.rpc, env: span.env } : {}),
       }, (why) => {
         if (st.proc === proc) st.proc = null;
         if (!this.#closed && !proc.expectedExit) {
@@ -730,6 +1006,8 @@ export class LlamaEngine implements Engine {
       try {
         const info = await proc.ready;
         st.proc = proc;
+        st.spanKey = span?.key ?? null;
+        st.spanLoaded = info.rpc ?? null;
         log.debug("llama.cpp load log", {
           model: e.id,
           log: proc.stderrTail(),
@@ -789,6 +1067,9 @@ export class LlamaEngine implements Engine {
 
   /** Whether the placement lets this node serve the model (no placement: every model). */
   #isPlaced(id: string): boolean {
+    const a = this.#span?.a;
+    if (a?.role === "head" && a.model === id) return true;
+    if (a?.role === "worker" && a.model === id) return false;
     return !this.#desired || this.#desired.has(id);
   }
 
@@ -834,6 +1115,7 @@ export class LlamaEngine implements Engine {
     const now = Date.now();
     for (const st of this.#state.values()) {
       if (this.#desired?.get(st.entry.id) === true) continue; // pinned
+      if (st.spanKey) continue; // a span's model stays loaded while placed
       if (!st.proc || st.limiter.inFlight || st.limiter.queued) continue;
       if (now - st.lastUsed < this.#opts.idleUnloadMs) continue;
       log.info("unloading idle model", { model: st.entry.id });
@@ -841,6 +1123,13 @@ export class LlamaEngine implements Engine {
       st.proc = null;
     }
   }
+}
+
+/** What identifies a head's layout: the workers' endpoints, transports and the split. */
+function spanKey(a: SpanAssignment): string {
+  return a.role === "head"
+    ? JSON.stringify([a.instance, a.workers, a.split])
+    : a.instance;
 }
 
 /** How long after a pinned model failed to load it is tried again. */

@@ -51,6 +51,7 @@ export const MODEL_PARAMS = {
 export const MP = {
   devices: 0,
   n_gpu_layers: 16,
+  tensor_split: 40,
   use_extra_bufts: 74,
   size: 80,
 } as const;

@@ -91,6 +91,10 @@ export interface LoadOptions {
    * llama.cpp found (Metal on a Mac).
    */
   devices?: Deno.PointerObject[];
+  /** Layers to offload to `devices` (default: all); the rest stay on the CPU. */
+  gpuLayers?: number;
+  /** Share of the offloaded layers per device (`llama_model_params.tensor_split`). */
+  tensorSplit?: number[];
 }
 
 /** A model with its generation context. */
@@ -129,7 +133,11 @@ export class LoadedLlama {
   static async load(llama: Llama, opts: LoadOptions): Promise<LoadedLlama> {
     const s = llama.symbols;
     const mp = s.llama_model_default_params();
-    new DataView(mp.buffer).setInt32(MP.n_gpu_layers, -1, true); // all layers on Metal where present
+    new DataView(mp.buffer).setInt32(
+      MP.n_gpu_layers,
+      opts.gpuLayers ?? -1,
+      true,
+    ); // all layers on Metal where present
     // NULL-terminated list; llama.cpp copies it during the load
     const devices = opts.devices?.length
       ? new BigUint64Array([
@@ -144,8 +152,19 @@ export class LoadedLlama {
         true,
       );
     }
+    const split = opts.tensorSplit?.length
+      ? new Float32Array(opts.tensorSplit)
+      : null;
+    if (split) {
+      new DataView(mp.buffer).setBigUint64(
+        MP.tensor_split,
+        BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(split))),
+        true,
+      );
+    }
     const model = await s.llama_model_load_from_file(cstr(opts.path), mp);
     devices?.fill(0n); // keeps the array alive until here
+    split?.fill(0);
     if (!model) {
       throw new Error(
         `Cannot load model ${opts.path}: llama.cpp refused the file`,

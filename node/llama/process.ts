@@ -6,7 +6,12 @@
 import { fileURLToPath } from "node:url";
 import { log } from "../../lib/log.ts";
 import type { LlamaBuild } from "./ffi.ts";
-import type { ChildEvent, ChildRequest, LoadedModel } from "./protocol.ts";
+import type {
+  ChildEvent,
+  ChildRequest,
+  LoadedModel,
+  RpcLoad,
+} from "./protocol.ts";
 
 const CHILD = fileURLToPath(new URL("./child.ts", import.meta.url));
 
@@ -26,6 +31,10 @@ export interface ProcessOptions {
   /** Host memory for prefixes evicted from slots, bytes (prefix_store.ts; 0: none). */
   prefixCacheBytes?: number;
   loadTimeoutMs?: number;
+  /** Load across RPC servers (a span's head): see protocol.ts RpcLoad. */
+  rpc?: RpcLoad;
+  /** Environment for the child (e.g. `GGML_RPC_NO_RDMA`). */
+  env?: Record<string, string>;
 }
 
 /** Runs `child.ts --check`: loads the libraries and checks the ABI without a model. */
@@ -76,7 +85,16 @@ export class ModelProcess {
   private constructor(opts: ProcessOptions, onExit: (reason: string) => void) {
     this.#onExit = onExit;
     this.#child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-read", "--allow-env", CHILD],
+      args: [
+        "run",
+        "--allow-ffi",
+        "--allow-read",
+        "--allow-env",
+        // a span's head checks its workers answer before ggml-rpc connects
+        ...(opts.rpc ? ["--allow-net", "--allow-sys=systemMemoryInfo"] : []),
+        CHILD,
+      ],
+      ...(opts.env ? { env: opts.env } : {}),
       stdin: "piped",
       stdout: "piped",
       stderr: "piped",
@@ -124,7 +142,8 @@ export class ModelProcess {
       this.#listeners.clear();
       this.#onExit(why);
     });
-    this.#send({ op: "load", ...opts });
+    const { loadTimeoutMs: _t, env: _e, ...load } = opts;
+    this.#send({ op: "load", ...load });
   }
 
   /** Starts a child process and loads the model. */

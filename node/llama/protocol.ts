@@ -53,6 +53,8 @@ export type ChildRequest =
     batch: number;
     /** Host memory for prefixes evicted from slots, bytes (0 or absent: none). */
     prefixCacheBytes?: number;
+    /** Load across other nodes' memory through ggml RPC (a span's head). */
+    rpc?: RpcLoad;
   }
   | {
     op: "generate";
@@ -87,6 +89,20 @@ export interface LoadedModel {
   hasTemplate: boolean;
   threads: number;
   batch: number;
+  /** Loaded across RPC servers: the split it used. */
+  rpc?: {
+    /** Each worker's device, in layer order, and its memory when loaded. */
+    devices: {
+      endpoint: string;
+      name: string;
+      freeBytes: number;
+      totalBytes: number;
+    }[];
+    /** Share of the layers per member, head first, as applied. */
+    split: number[];
+    /** Layers the head kept on its own device (CPU or GPU). */
+    headLayers: number;
+  };
 }
 
 /** Why a generation ended. */
@@ -132,3 +148,13 @@ export type ChildEvent =
     contextLength?: number;
     completionTokens?: number | null;
   };
+
+/** How a span's head loads its model across RPC servers (the workers'). */
+export interface RpcLoad {
+  /** `host:port` of each worker's ggml-rpc-server, in layer order. */
+  endpoints: string[];
+  /** Share of the layers per member, head first (null: by free memory). */
+  split: number[] | null;
+  /** The model's layer count (`block_count`). */
+  layers: number;
+}

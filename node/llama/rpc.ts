@@ -32,7 +32,15 @@ const RPC_SYMBOLS = {
   },
 } as const;
 
+/** libggml: the registry of every loaded backend's devices. */
+const GGML_SYMBOLS = {
+  ggml_backend_dev_count: { parameters: [], result: "usize" },
+  ggml_backend_dev_get: { parameters: ["usize"], result: P },
+} as const;
+
 const BASE_SYMBOLS = {
+  // enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3
+  ggml_backend_dev_type: { parameters: [P], result: "i32" },
   ggml_backend_reg_dev_count: { parameters: [P], result: "usize" },
   ggml_backend_reg_dev_get: { parameters: [P, "usize"], result: P },
   ggml_backend_dev_name: { parameters: [P], result: P },
@@ -60,6 +68,11 @@ export interface RpcDevice {
 export interface Rpc {
   /** Connects to `host:port` and returns its devices (throws when it does not answer). */
   devices(endpoint: string): Promise<RpcDevice[]>;
+  /**
+   * This machine's GPU devices (Metal on a Mac; none on a CPU-only host,
+   * where the head's layers stay on the CPU), with their free memory.
+   */
+  localGpus(): { ptr: Deno.PointerObject; freeBytes: number }[];
   close(): void;
 }
 
@@ -112,6 +125,7 @@ export function openRpc(llama: Llama): Rpc {
   }
   const rpc = Deno.dlopen(libFile(llama.libDir, "ggml-rpc"), RPC_SYMBOLS);
   const base = Deno.dlopen(libFile(llama.libDir, "ggml-base"), BASE_SYMBOLS);
+  const ggml = Deno.dlopen(libFile(llama.libDir, "ggml"), GGML_SYMBOLS);
   const b = base.symbols;
   let closed = false;
   return {
@@ -151,11 +165,32 @@ export function openRpc(llama: Llama): Rpc {
       }
       return out;
     },
+    localGpus() {
+      const out: { ptr: Deno.PointerObject; freeBytes: number }[] = [];
+      const n = Number(ggml.symbols.ggml_backend_dev_count());
+      for (let i = 0; i < n; i++) {
+        const ptr = ggml.symbols.ggml_backend_dev_get(BigInt(i));
+        if (!ptr) continue;
+        const type = b.ggml_backend_dev_type(ptr);
+        if (type !== 1 && type !== 2) continue;
+        const name = readCString(b.ggml_backend_dev_name(ptr)) ?? "";
+        if (name.startsWith("RPC")) continue;
+        const free = new BigUint64Array(1), total = new BigUint64Array(1);
+        b.ggml_backend_dev_memory(
+          ptr,
+          new Uint8Array(free.buffer),
+          new Uint8Array(total.buffer),
+        );
+        out.push({ ptr, freeBytes: Number(free[0]) });
+      }
+      return out;
+    },
     close() {
       if (closed) return;
       closed = true;
       rpc.close();
       base.close();
+      ggml.close();
     },
   };
 }
@@ -170,4 +205,29 @@ export function rpcServerPath(libDir: string): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * How a span's layers are spread: the shares per member (head first), from
+ * the admin's split or else the members' free memory, and how many of the
+ * `layers` the head keeps. Throws on a split of the wrong length or all
+ * zeros.
+ */
+export function planSplit(
+  layers: number,
+  freeBytes: number[],
+  split: number[] | null,
+): { shares: number[]; headLayers: number } {
+  const raw = split ?? freeBytes.map((b) => Math.max(0, b));
+  if (raw.length !== freeBytes.length) {
+    throw new Error(
+      `Cannot split the model: the split gives ${raw.length} shares for ${freeBytes.length} members (head first)`,
+    );
+  }
+  const sum = raw.reduce((a, b) => a + b, 0);
+  if (!(sum > 0)) {
+    throw new Error("Cannot split the model: every share is zero");
+  }
+  const shares = raw.map((x) => x / sum);
+  return { shares, headLayers: Math.round(layers * shares[0]!) };
 }

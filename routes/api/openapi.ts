@@ -10,6 +10,7 @@ import {
   aliasSchema,
   nodePlacementSchema,
   ruleSchema,
+  spanSchema,
 } from "../../store/placement.ts";
 import { pricingSchema } from "../../store/pricing.ts";
 import {
@@ -472,6 +473,18 @@ export function openApiDocument() {
           "Where each model runs: replicas and their health, loaded and pinned, placement mismatches, aliases, the placement and each node's desired models",
           { status: "200", schema: { type: "object" } },
         ),
+      },
+      "/models/{id}/span": {
+        parameters: [idParam("id", "Model id (a / in it as %2F)")],
+        put: op(
+          'Place the model across several nodes ({"nodes": [head, worker, …], "split": [..]?}): the head loads it across its memory and the workers\' through llama.cpp RPC, as the instance rpc:<id>; refused (409) when the members\' free memory cannot hold the weights and KV cache, saying how much is missing',
+          { status: "200", schema: { type: "object" } },
+          { requestBody: requestBody(spanSchema) },
+        ),
+        delete: op("End the model's spanning placement", {
+          status: "200",
+          schema: { type: "object" },
+        }),
       },
       "/placement/rules": {
         post: op(
