@@ -187,6 +187,25 @@ Deno.test({
     // listed once
     const list = await client.models.list();
     assert.equal(list.data.filter((m) => m.id === "small").length, 1);
+    // one instance in the fleet: its head serves, every member is managed
+    const { items } = await c.admin("GET", "/instances") as {
+      items: {
+        id: string;
+        head: string | null;
+        serving: string[];
+        available: boolean;
+        members: { nodeId?: string; managed: boolean }[];
+      }[];
+    };
+    const fleet1 = items.filter((i) => i.id === span1.instance);
+    assert.equal(fleet1.length, 1, JSON.stringify(items));
+    assert.equal(fleet1[0]!.head, head);
+    assert.deepEqual(fleet1[0]!.serving, [head]);
+    assert.equal(fleet1[0]!.available, true);
+    assert.deepEqual(
+      fleet1[0]!.members.map((m) => [m.nodeId, m.managed]),
+      [[head, true], [w1, true]],
+    );
 
     // two workers (w2 was placed nothing; the span takes it as a worker)
     const span2 = await c.admin("PUT", "/models/small/span", {
