@@ -157,52 +157,68 @@ async function codex(
   });
 }
 
+/**
+ * A three-turn task on the scripted engine: a work directory with the two
+ * files, an engine playing `plan`, a gateway and node in front of it, and
+ * the agent `run` there; returns its output and what the engine was sent.
+ */
+async function scriptedTask(
+  plan: (dir: string) => Step[],
+  run: (
+    c: { url: string; apiKey: string },
+    dir: string,
+    home: string,
+  ) => Promise<{ code: number; stdout: string; stderr: string }>,
+) {
+  const dir = await workDir();
+  const home = await Deno.makeTempDir({ prefix: "orchard-agent-home-" });
+  const up = startScriptedUpstream(plan(dir), { models: ["agent"] });
+  try {
+    await using cluster = await startCluster({
+      openai: { upstreamUrl: up.url, models: ["agent"] },
+    });
+    const r = await run(cluster, dir, home);
+    // The engine saw the real file contents, sent back by the agent's tool.
+    const turns = up.requests.filter((b) =>
+      JSON.stringify(b.messages).includes(SECRET)
+    );
+    assert.ok(turns.length >= 1, "no request carried the tool's result");
+    return r;
+  } finally {
+    await up.close();
+    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(home, { recursive: true });
+  }
+}
+
+const TASK = "What is the secret word? Start with notes.txt.";
+
 Deno.test({
   name:
     "agents: Claude Code reads two files with its Read tool over three turns through the gateway",
   sanitizeResources: false,
   sanitizeOps: false,
   fn: async () => {
-    const dir = await workDir();
-    const home = await Deno.makeTempDir({ prefix: "orchard-claude-home-" });
-    const plan: Step[] = [
-      { tool: "Read", arguments: { file_path: join(dir, "notes.txt") } },
-      { tool: "Read", arguments: { file_path: join(dir, "details.txt") } },
-      { text: answer },
-    ];
-    const up = startScriptedUpstream(plan, { models: ["agent"] });
-    await using cluster = await startCluster({
-      openai: { upstreamUrl: up.url, models: ["agent"] },
-    });
-    try {
-      const r = await claude(
-        cluster,
-        dir,
-        home,
-        "What is the secret word? Start with notes.txt.",
-      );
-      assert.equal(
-        r.code,
-        0,
-        `claude exited ${r.code}: ${r.stdout}\n${r.stderr}`,
-      );
-      const result = JSON.parse(r.stdout) as Record<string, unknown>;
-      assert.equal(result.is_error, false, r.stdout);
-      assert.match(String(result.result), new RegExp(SECRET));
-      assert.ok(
-        (result.num_turns as number) >= 3,
-        `num_turns ${result.num_turns}`,
-      );
-      // The engine saw the real file contents, sent back by the Read tool.
-      const turns = up.requests.filter((b) =>
-        JSON.stringify(b.messages).includes(SECRET)
-      );
-      assert.ok(turns.length >= 1, "no request carried the tool's result");
-    } finally {
-      await up.close();
-      await Deno.remove(dir, { recursive: true });
-      await Deno.remove(home, { recursive: true });
-    }
+    const r = await scriptedTask(
+      (dir) => [
+        { tool: "Read", arguments: { file_path: join(dir, "notes.txt") } },
+        { tool: "Read", arguments: { file_path: join(dir, "details.txt") } },
+        { text: answer },
+      ],
+      (c, dir, home) => claude(c, dir, home, TASK),
+    );
+    assert.equal(
+      r.code,
+      0,
+      `claude exited ${r.code}: ${r.stdout}\n${r.stderr}`,
+    );
+    const result = JSON.parse(r.stdout) as Record<string, unknown>;
+    assert.equal(result.is_error, false, r.stdout);
+    assert.match(String(result.result), new RegExp(SECRET));
+    assert.ok(
+      (result.num_turns as number) >= 3,
+      `num_turns ${result.num_turns}`,
+    );
   },
 });
 
@@ -212,39 +228,16 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   fn: async () => {
-    const dir = await workDir();
-    const home = await Deno.makeTempDir({ prefix: "orchard-codex-home-" });
-    const plan: Step[] = [
-      { tool: "exec_command", arguments: { cmd: "cat notes.txt" } },
-      { tool: "exec_command", arguments: { cmd: "cat details.txt" } },
-      { text: answer },
-    ];
-    const up = startScriptedUpstream(plan, { models: ["agent"] });
-    await using cluster = await startCluster({
-      openai: { upstreamUrl: up.url, models: ["agent"] },
-    });
-    try {
-      const r = await codex(
-        cluster,
-        dir,
-        home,
-        "What is the secret word? Start with notes.txt.",
-      );
-      assert.equal(
-        r.code,
-        0,
-        `codex exited ${r.code}: ${r.stdout}\n${r.stderr}`,
-      );
-      assert.match(r.stdout, new RegExp(SECRET), r.stderr.slice(-2000));
-      const turns = up.requests.filter((b) =>
-        JSON.stringify(b.messages).includes(SECRET)
-      );
-      assert.ok(turns.length >= 1, "no request carried the tool's result");
-    } finally {
-      await up.close();
-      await Deno.remove(dir, { recursive: true });
-      await Deno.remove(home, { recursive: true });
-    }
+    const r = await scriptedTask(
+      () => [
+        { tool: "exec_command", arguments: { cmd: "cat notes.txt" } },
+        { tool: "exec_command", arguments: { cmd: "cat details.txt" } },
+        { text: answer },
+      ],
+      (c, dir, home) => codex(c, dir, home, TASK),
+    );
+    assert.equal(r.code, 0, `codex exited ${r.code}: ${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, new RegExp(SECRET), r.stderr.slice(-2000));
   },
 });
 
