@@ -15,15 +15,27 @@ async function orchard(url: string, token: string, ...args: string[]) {
   };
 }
 
-Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a live server", async () => {
+/** A world served on a loopback port, with its platform admin token. */
+async function serveWorld() {
   const w = await createWorld();
   const server = Deno.serve({
     port: 0,
     hostname: "127.0.0.1",
     onListen: () => {},
   }, w.app.fetch);
-  const url = `http://127.0.0.1:${server.addr.port}`;
-  const t = w.tokens.platform;
+  return {
+    w,
+    url: `http://127.0.0.1:${server.addr.port}`,
+    t: w.tokens.platform,
+    close: async () => {
+      await server.shutdown();
+      await w.close();
+    },
+  };
+}
+
+Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a live server", async () => {
+  const { w, url, t, close } = await serveWorld();
   try {
     const created = await orchard(
       url,
@@ -121,8 +133,7 @@ Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a
     assert.equal(denied.code, 1);
     assert.match(denied.stderr, /401/);
   } finally {
-    await server.shutdown();
-    await w.close();
+    await close();
   }
 });
 
@@ -147,14 +158,7 @@ Deno.test("orchard CLI: without a token it says exactly how to get one", async (
 });
 
 Deno.test("orchard CLI: admin-token create, list, revoke; user list, reset-password, disable; invite list, revoke", async () => {
-  const w = await createWorld();
-  const server = Deno.serve({
-    port: 0,
-    hostname: "127.0.0.1",
-    onListen: () => {},
-  }, w.app.fetch);
-  const url = `http://127.0.0.1:${server.addr.port}`;
-  const t = w.tokens.platform;
+  const { w, url, t, close } = await serveWorld();
   try {
     const created = await orchard(
       url,
@@ -226,20 +230,12 @@ Deno.test("orchard CLI: admin-token create, list, revoke; user list, reset-passw
     const gone = await orchard(url, t, "invite", "revoke", inv.id);
     assert.match(gone.stdout, /Revoked the invite for new@acme\.test/);
   } finally {
-    await server.shutdown();
-    await w.close();
+    await close();
   }
 });
 
 Deno.test("orchard CLI: budgets and prices in major units with their currency", async () => {
-  const w = await createWorld();
-  const server = Deno.serve({
-    port: 0,
-    hostname: "127.0.0.1",
-    onListen: () => {},
-  }, w.app.fetch);
-  const url = `http://127.0.0.1:${server.addr.port}`;
-  const t = w.tokens.platform;
+  const { w, url, t, close } = await serveWorld();
   try {
     const set = await orchard(
       url,
@@ -296,7 +292,6 @@ Deno.test("orchard CLI: budgets and prices in major units with their currency", 
     assert.equal(prices.code, 0, prices.stderr);
     assert.match(prices.stdout, /Prices per 1M tokens \(EUR\)/);
   } finally {
-    await server.shutdown();
-    await w.close();
+    await close();
   }
 });
