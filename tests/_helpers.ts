@@ -11,6 +11,7 @@ import { SYSTEM } from "../store/principal.ts";
 import { createStore, type Store } from "../store/store.ts";
 import { createTenant, type Tenant } from "../store/tenants.ts";
 import { createUser } from "../store/users.ts";
+import { setPricing } from "../store/pricing.ts";
 
 Deno.env.set("ORCHARD_LOG_LEVEL", "silent");
 log.reload();
@@ -165,4 +166,27 @@ export async function portalLogin(
   const html = await page.text();
   const csrf = /name="_csrf" value="([^"]+)"/.exec(html)?.[1] ?? "";
   return { cookie, csrf };
+}
+
+/**
+ * Prices `tiny-chat` at 1000 EUR per 1M prompt tokens and 2000 per 1M
+ * completion tokens (1000 and 2000 micro-units a token), the cluster free:
+ * the money tests' one price list.
+ */
+export async function priceTinyChat(store: Store): Promise<void> {
+  await setPricing(store, SYSTEM, {
+    currency: "EUR",
+    models: [{
+      model: "tiny-chat",
+      promptPerMillion: "1000",
+      completionPerMillion: "2000",
+    }],
+    cluster: {
+      hardwarePricePerNode: "0",
+      amortisationMonths: 36,
+      idleWatts: 0,
+      busyWatts: 0,
+      tariffPerKwh: "0",
+    },
+  });
 }

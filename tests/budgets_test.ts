@@ -6,6 +6,7 @@
  * API manages it all within each tenant.
  */
 import assert from "node:assert/strict";
+import { priceTinyChat } from "./_helpers.ts";
 import { createHmac } from "node:crypto";
 import { createWorld, type World } from "../gateway/_testing.ts";
 import {
@@ -46,21 +47,7 @@ const PROMPT_PRICE = 1_000_000_000; // 1000 per 1M tokens: 1000 micro-units a to
 const COMPLETION_PRICE = 2_000_000_000;
 
 async function priced(w: World): Promise<void> {
-  await setPricing(w.store, SYSTEM, {
-    currency: "EUR",
-    models: [{
-      model: "tiny-chat",
-      promptPerMillion: "1000",
-      completionPerMillion: "2000",
-    }],
-    cluster: {
-      hardwarePricePerNode: "0",
-      amortisationMonths: 36,
-      idleWatts: 0,
-      busyWatts: 0,
-      tariffPerKwh: "0",
-    },
-  });
+  await priceTinyChat(w.store);
 }
 
 const cost = (u: { prompt_tokens: number; completion_tokens: number }) =>

@@ -35,7 +35,7 @@ async function serveWorld() {
 }
 
 Deno.test("orchard CLI: tenant, key, limits, invite and audit commands against a live server", async () => {
-  const { w, url, t, close } = await serveWorld();
+  const { url, t, close } = await serveWorld();
   try {
     const created = await orchard(
       url,
@@ -235,7 +235,7 @@ Deno.test("orchard CLI: admin-token create, list, revoke; user list, reset-passw
 });
 
 Deno.test("orchard CLI: budgets and prices in major units with their currency", async () => {
-  const { w, url, t, close } = await serveWorld();
+  const { url, t, close } = await serveWorld();
   try {
     const set = await orchard(
       url,

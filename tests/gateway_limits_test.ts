@@ -1,11 +1,11 @@
 /** Exactness of admission through the whole gateway under concurrency. */
 import assert from "node:assert/strict";
+import { priceTinyChat } from "./_helpers.ts";
 import { awayFromMinuteEdge, createWorld } from "../gateway/_testing.ts";
 import { parseSSE } from "../lib/sse.ts";
 import { listAudit } from "../store/audit.ts";
 import { setKeyBudget, setTenantBudget } from "../store/budgets.ts";
 import { perMillion } from "../store/money.ts";
-import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import {
   counterValue,
@@ -192,21 +192,7 @@ Deno.test("on a remote KV allowing 10 checks a commit (denokv), a key and its te
     onKv: (kv) => stats = denokvLimits(kv),
   });
   try {
-    await setPricing(w.store, SYSTEM, {
-      currency: "EUR",
-      models: [{
-        model: "tiny-chat",
-        promptPerMillion: "1000",
-        completionPerMillion: "2000",
-      }],
-      cluster: {
-        hardwarePricePerNode: "0",
-        amortisationMonths: 36,
-        idleWatts: 0,
-        busyWatts: 0,
-        tariffPerKwh: "0",
-      },
-    });
+    await priceTinyChat(w.store);
     const key = await w.newKey({ limits: { ...every, rpm: 30 } });
     for (const [unit, amount] of [["money", "1000"], ["tokens", 1e6]]) {
       const b = { amount, hard: true };

@@ -7,13 +7,13 @@
  * openai SDK does not retry it.
  */
 import assert from "node:assert/strict";
+import { priceTinyChat } from "./_helpers.ts";
 import OpenAI from "openai";
 import { createWorld, type World } from "../gateway/_testing.ts";
 import { updateApiKey } from "../store/api_keys.ts";
 import { listAlerts } from "../store/budget_alerts.ts";
 import { setTenantBudget } from "../store/budgets.ts";
 import { setTenantLimits } from "../store/limits.ts";
-import { setPricing } from "../store/pricing.ts";
 import { SYSTEM } from "../store/principal.ts";
 import { counterValue, quotaStatus, windowOf } from "../store/quota/mod.ts";
 import type { UsageRecord } from "../store/usage.ts";
@@ -248,21 +248,7 @@ Deno.test("a request larger than tpm or a budget's whole amount fails at once: t
 Deno.test("200 concurrent requests against a hard budget of 1.00 wait for what requests in flight hold, and the openai SDK spends it up to the limit, never past it", async () => {
   const w = await createWorld();
   try {
-    await setPricing(w.store, SYSTEM, {
-      currency: "EUR",
-      models: [{
-        model: "tiny-chat",
-        promptPerMillion: "1000",
-        completionPerMillion: "2000",
-      }],
-      cluster: {
-        hardwarePricePerNode: "0",
-        amortisationMonths: 36,
-        idleWatts: 0,
-        busyWatts: 0,
-        tariffPerKwh: "0",
-      },
-    });
+    await priceTinyChat(w.store);
     await setTenantBudget(w.store, SYSTEM, w.tenant.id, "money", {
       amount: "1.00",
       hard: true,
